@@ -1,0 +1,39 @@
+# Makefile: build, install and test notif_deliver with PGXS.
+#
+#   make                 build the extension
+#   make install         install it into the server found by pg_config
+#   make installcheck    pg_regress (sql/) and TAP tests (test/t/) against it
+#   make test            all of the above on a fresh machine (test/run)
+#   make demo            a throwaway cluster with the example types (test/demo)
+
+EXTENSION = notif_deliver
+MODULE_big = notif_deliver
+OBJS = \
+	src/notif_deliver.o \
+	src/guc.o \
+	src/type_cache.o \
+	src/enqueue.o
+
+DATA = $(wildcard notif_deliver--*.sql)
+
+REGRESS = setup schema enqueue privileges replay
+TAP_TESTS = 1
+PROVE_TESTS = test/t/*.pl
+
+PG_CPPFLAGS = -I$(srcdir)/src $(shell curl-config --cflags)
+PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
+SHLIB_LINK = $(shell curl-config --libs)
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+.PHONY: test demo bench
+test:
+	bash test/run
+
+demo:
+	bash test/demo
+
+bench:
+	bash test/bench/enqueue_bulk.sh

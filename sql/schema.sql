@@ -1,0 +1,89 @@
+-- schema: the tables, their column order, defaults and CHECKs (the contract).
+
+SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod) AS type,
+       a.attnotnull AS not_null, pg_get_expr(d.adbin, d.adrelid) AS default
+  FROM pg_attribute a
+  JOIN pg_class c ON c.oid = a.attrelid
+  LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+ WHERE c.relname IN ('notif_provider', 'notif_type', 'notif_job', 'notif_attempt')
+   AND a.attnum > 0 AND NOT a.attisdropped
+ ORDER BY c.relname, a.attnum;
+
+SELECT a.attname, a.attidentity FROM pg_attribute a
+ WHERE a.attrelid = 'notif_job'::regclass AND a.attidentity <> '';
+
+-- keys, foreign keys and CHECKs
+SELECT conrelid::regclass AS tab, conname, pg_get_constraintdef(oid) AS def
+  FROM pg_constraint
+ WHERE conrelid IN ('notif_provider'::regclass, 'notif_type'::regclass,
+                    'notif_job'::regclass, 'notif_attempt'::regclass)
+ ORDER BY 1::text, 2;
+
+-- indexes: what a sender claims from is partial, the backlog only
+SELECT indexrelid::regclass AS index, pg_get_indexdef(indexrelid) AS def
+  FROM pg_index WHERE indrelid = 'notif_job'::regclass ORDER BY 1::text;
+
+-- the extension creates the 'default' provider, not configured yet
+SELECT * FROM notif_provider;
+
+-- the first four columns of notif_type are positional
+INSERT INTO notif_type VALUES ('otp', 'at_least_once', 3, interval '15 seconds');
+SELECT * FROM notif_type;
+
+-- the CHECKs, one bad value each (nothing is written)
+SELECT try($$INSERT INTO notif_type VALUES ('t1', 'exactly_once', 1, NULL)$$);
+SELECT try($$INSERT INTO notif_type VALUES ('t1', 'at_most_once', 0, NULL)$$);
+SELECT try($$INSERT INTO notif_type VALUES ('t1', 'at_most_once', 1, '0 seconds')$$);
+SELECT try($$INSERT INTO notif_type VALUES ('t1', 'at_most_once', 1, '-1 second')$$);
+SELECT try($$INSERT INTO notif_type VALUES ('a:b', 'at_most_once', 1, NULL)$$);
+SELECT try($$INSERT INTO notif_type VALUES ('', 'at_most_once', 1, NULL)$$);
+SELECT try($$INSERT INTO notif_type VALUES ('t1', NULL, 1, NULL)$$);
+SELECT try($$INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES ('t1', 'at_most_once', 1, 'nowhere')$$);
+SELECT try($$INSERT INTO notif_type (code, delivery, max_tries, lane) VALUES ('t1', 'at_most_once', 1, '')$$);
+SELECT try($$INSERT INTO notif_type (code, delivery, max_tries, backoff_min, backoff_max) VALUES ('t1', 'at_most_once', 1, '10 s', '1 s')$$);
+SELECT try($$INSERT INTO notif_type (code, delivery, max_tries, backoff_min) VALUES ('t1', 'at_most_once', 1, '-1 s')$$);
+SELECT try($$INSERT INTO notif_type (code, delivery, max_tries, retention) VALUES ('t1', 'at_most_once', 1, '0 s')$$);
+SELECT try($$INSERT INTO notif_type (code, delivery, max_tries, cost_lost) VALUES ('t1', 'at_most_once', 1, -1)$$);
+SELECT try($$INSERT INTO notif_type (code, delivery, max_tries, cost_dup) VALUES ('t1', 'at_most_once', 1, -1)$$);
+SELECT count(*) AS types_written FROM notif_type WHERE code = 't1';
+
+SELECT try($$INSERT INTO notif_provider (name, format) VALUES ('p1', 'xml')$$);
+SELECT try($$INSERT INTO notif_provider (name, url) VALUES ('p1', 'ftp://example.com/x')$$);
+SELECT try($$INSERT INTO notif_provider (name, url) VALUES ('p1', 'http://exa mple.com/')$$);
+SELECT try($$INSERT INTO notif_provider (name, headers) VALUES ('p1', '[]')$$);
+SELECT try($$INSERT INTO notif_provider (name, headers) VALUES ('p1', '{"X-N": 1}')$$);
+SELECT try($$INSERT INTO notif_provider (name, headers) VALUES ('p1', '{"Bad Name": "v"}')$$);
+SELECT try($$INSERT INTO notif_provider (name, headers) VALUES ('p1', '{"X-A": "v\r\nX-Injected: 1"}')$$);
+SELECT try($$INSERT INTO notif_provider (name, idempotency_header) VALUES ('p1', 'Idempotency Key')$$);
+SELECT try($$INSERT INTO notif_provider (name, timeout) VALUES ('p1', '0 s')$$);
+SELECT try($$INSERT INTO notif_provider (name, connect_timeout) VALUES ('p1', '-1 s')$$);
+SELECT try($$INSERT INTO notif_provider (name, max_inflight) VALUES ('p1', 0)$$);
+SELECT try($$INSERT INTO notif_provider (name, rate_limit) VALUES ('p1', 0)$$);
+SELECT count(*) AS providers_written FROM notif_provider WHERE name = 'p1';
+
+-- a well-formed provider with headers and an idempotency header
+INSERT INTO notif_provider (name, url, format, headers, idempotency_header, rate_limit)
+VALUES ('sms', 'https://sms.example.com/send', 'form',
+        '{"Authorization": "Bearer s3cr3t", "X-Tenant": "vn"}', 'Idempotency-Key', 50.5);
+SELECT name, url, format, headers, idempotency_header, rate_limit FROM notif_provider WHERE name = 'sms';
+
+-- renaming a provider follows into its types; a provider in use cannot go
+UPDATE notif_type SET provider = 'sms' WHERE code = 'otp';
+UPDATE notif_provider SET name = 'sms_vn' WHERE name = 'sms';
+SELECT code, provider FROM notif_type;
+SELECT try($$DELETE FROM notif_provider WHERE name = 'sms_vn'$$);
+UPDATE notif_type SET provider = 'default' WHERE code = 'otp';
+DELETE FROM notif_provider WHERE name = 'sms_vn';
+
+-- the job table's CHECKs
+SELECT try($$INSERT INTO notif_job (user_id, kind, order_id, payload, next_at, status) VALUES (1, 'otp', 'x', '{}', now(), 'lost')$$);
+SELECT try($$INSERT INTO notif_job (user_id, kind, order_id, payload, next_at, outcome) VALUES (1, 'otp', 'x', '{}', now(), 'maybe')$$);
+SELECT try($$INSERT INTO notif_job (user_id, kind, order_id, payload, next_at) VALUES (1, 'nokind', 'x', '{}', now())$$);
+SELECT try($$INSERT INTO notif_job (id, user_id, kind, order_id, payload, next_at) VALUES (7, 1, 'otp', 'x', '{}', now())$$);
+SELECT try($$INSERT INTO notif_attempt (job_id, try, started_at, outcome) VALUES (1, 1, now(), 'maybe')$$);
+SELECT count(*) AS jobs_written FROM notif_job;
+
+-- notif_key: the idempotency key
+SELECT notif_key('giao_dich', 812, '55001');
+SELECT notif_key('otp', -1, 'a:b') AS order_id_may_hold_colons;
+SELECT notif_key(NULL, 1, 'x') IS NULL AS strict;

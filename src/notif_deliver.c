@@ -1,0 +1,54 @@
+/*-------------------------------------------------------------------------
+ *
+ * notif_deliver.c
+ *      Module entry point: defines the GUCs when the library is loaded and,
+ *      when it is in shared_preload_libraries, the background workers.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+
+#include "notif_deliver.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+	notif_define_gucs();
+}
+
+/*
+ * Expand every "%s" of fmt into the quoted name of schema nspid, so that the
+ * SQL of a prepared plan names the extension's objects whatever the caller's
+ * search_path (the SQL also spells its operators OPERATOR(pg_catalog.=):
+ * SECURITY DEFINER code must not resolve a name through the caller's path).
+ * The result is palloc'd in the current memory context.
+ */
+char *
+notif_qualified_sql(Oid nspid, const char *fmt)
+{
+	const char *nsp = quote_identifier(get_namespace_name(nspid));
+	StringInfoData buf;
+	const char *p;
+
+	initStringInfo(&buf);
+	for (p = fmt; *p; p++)
+	{
+		if (p[0] == '%' && p[1] == 's')
+		{
+			appendStringInfoString(&buf, nsp);
+			p++;
+		}
+		else
+			appendStringInfoChar(&buf, *p);
+	}
+	return buf.data;
+}

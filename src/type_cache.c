@@ -1,0 +1,182 @@
+/*-------------------------------------------------------------------------
+ *
+ * type_cache.c
+ *      A per-session cache of notif_type, so that notif_enqueue does not
+ *      query notif_type on every call.
+ *
+ * The statement trigger notif_type_changed() on notif_type sends a relcache
+ * invalidation for the table; PostgreSQL delivers it to every session when
+ * the change commits (and to the changing session at once), and our relcache
+ * callback then forgets the whole cache.  Rows changed by a transaction that
+ * rolls back are forgotten too, which is merely a re-read.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+#include "notif_deliver.h"
+
+#define TYPE_CODE_MAXLEN	NAMEDATALEN * 2
+
+typedef struct TypeCacheEntry
+{
+	char		code[TYPE_CODE_MAXLEN];	/* hash key */
+	bool		exists;
+	NotifTypeInfo info;
+} TypeCacheEntry;
+
+static HTAB *type_cache = NULL;
+static bool type_cache_valid = false;
+static bool callback_registered = false;
+static Oid	cached_nspid = InvalidOid;
+static Oid	cached_relid = InvalidOid;
+static SPIPlanPtr lookup_plan = NULL;
+
+PG_FUNCTION_INFO_V1(notif_type_changed);
+
+static void
+type_cache_invalidate(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == cached_relid)
+		type_cache_valid = false;
+}
+
+/*
+ * Make the cache empty and tied to schema nspid; prepare the lookup plan.
+ */
+static void
+type_cache_reset(Oid nspid)
+{
+	HASHCTL		ctl;
+
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(type_cache_invalidate, (Datum) 0);
+		callback_registered = true;
+	}
+
+	if (type_cache)
+		hash_destroy(type_cache);
+	ctl.keysize = TYPE_CODE_MAXLEN;
+	ctl.entrysize = sizeof(TypeCacheEntry);
+	type_cache = hash_create("notif_deliver type cache", 64, &ctl,
+							 HASH_ELEM | HASH_STRINGS);
+
+	if (nspid != cached_nspid || lookup_plan == NULL)
+	{
+		Oid			argtypes[1] = {TEXTOID};
+		SPIPlanPtr	plan;
+
+		if (lookup_plan)
+		{
+			SPI_freeplan(lookup_plan);
+			lookup_plan = NULL;
+		}
+		plan = SPI_prepare(notif_qualified_sql(nspid,
+											   "SELECT deadline FROM %s.notif_type"
+											   " WHERE code OPERATOR(pg_catalog.=) $1"),
+						   1, argtypes);
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		lookup_plan = plan;
+	}
+
+	cached_nspid = nspid;
+	cached_relid = get_relname_relid("notif_type", nspid);
+	type_cache_valid = true;
+}
+
+/*
+ * Look up notification type "code" of the extension in schema nspid.
+ * Returns false when there is no such type.  The caller is connected to SPI.
+ */
+bool
+notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info)
+{
+	TypeCacheEntry *entry;
+	bool		found;
+
+	/* codes this long cannot be cached; they are looked up every time */
+	if (strlen(code) >= TYPE_CODE_MAXLEN)
+		entry = NULL;
+	else
+	{
+		if (!type_cache_valid || nspid != cached_nspid)
+			type_cache_reset(nspid);
+		entry = hash_search(type_cache, code, HASH_FIND, &found);
+		if (found)
+		{
+			*info = entry->info;
+			return entry->exists;
+		}
+	}
+
+	{
+		Datum		values[1] = {CStringGetTextDatum(code)};
+		bool		exists;
+		NotifTypeInfo fresh = {0};
+		int			ret;
+
+		if (lookup_plan == NULL)
+			type_cache_reset(nspid);
+		ret = SPI_execute_plan(lookup_plan, values, NULL, true, 1);
+		if (ret != SPI_OK_SELECT)
+			elog(ERROR, "notif_type lookup failed: %s", SPI_result_code_string(ret));
+
+		exists = (SPI_processed == 1);
+		if (exists)
+		{
+			bool		isnull;
+			Datum		d = SPI_getbinval(SPI_tuptable->vals[0],
+										  SPI_tuptable->tupdesc, 1, &isnull);
+
+			fresh.has_deadline = !isnull;
+			if (!isnull)
+				fresh.deadline = *DatumGetIntervalP(d);
+		}
+		SPI_freetuptable(SPI_tuptable);
+
+		/* the lookup may have processed an invalidation: recheck */
+		if (strlen(code) < TYPE_CODE_MAXLEN && type_cache_valid)
+		{
+			entry = hash_search(type_cache, code, HASH_ENTER, &found);
+			entry->exists = exists;
+			entry->info = fresh;
+		}
+		*info = fresh;
+		return exists;
+	}
+}
+
+/*
+ * notif_type_changed(): statement trigger on notif_type.  Queues a relcache
+ * invalidation of the table, which every session's cache listens to.
+ */
+Datum
+notif_type_changed(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("notif_type_changed() must be called as a trigger")));
+
+	CacheInvalidateRelcache(trigdata->tg_relation);
+
+	PG_RETURN_POINTER(NULL);
+}

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# test/bench/enqueue_bulk.sh: bulk notif_enqueue against the equivalent plain
+# INSERT ... ON CONFLICT DO NOTHING into a table of the same shape (same
+# columns, CHECKs, indexes and foreign key), side by side in one run.
+#
+#   bash test/bench/enqueue_bulk.sh [ROWS] [ROUNDS]     (defaults 1000000 3)
+#
+# Needs the extension installed (make install).  Starts and removes its own
+# throwaway cluster.  Prints one line per round and the median ratio.
+set -euo pipefail
+ROWS=${1:-1000000}
+ROUNDS=${2:-3}
+here=$(cd "$(dirname "$0")/.." && pwd)
+. "$here/lib/cluster.sh"
+dir=$(mktemp -d /tmp/notif_bench.XXXXXX)
+chmod 755 "$dir"
+trap 'cluster_stop; rm -rf "$dir"' EXIT
+cluster_start "$dir" 55432 "max_wal_size = '4GB'" "checkpoint_timeout = '30min'"
+
+cluster_psql <<'SQL'
+CREATE EXTENSION notif_deliver;
+INSERT INTO notif_type VALUES ('promo', 'at_most_once', 1, '1 day');
+CREATE TABLE plain_job (LIKE notif_job INCLUDING ALL);
+ALTER TABLE plain_job ADD FOREIGN KEY (kind) REFERENCES notif_type ON UPDATE CASCADE;
+SQL
+
+# one timed statement; prints milliseconds
+timed() {
+	cluster_psql -At -c "TRUNCATE notif_job, plain_job" -c "CHECKPOINT" >/dev/null
+	cluster_psql -At <<SQL | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p'
+\\timing on
+$1
+SQL
+}
+
+plain="INSERT INTO plain_job (user_id, kind, order_id, payload, next_at, deadline_at)
+ SELECT g, 'promo', g::text, '{\"to\":\"+84901234567\",\"text\":\"sale\"}', now(), now() + interval '1 day'
+ FROM generate_series(1, $ROWS) g ON CONFLICT DO NOTHING;"
+enq="SELECT count(notif_enqueue(g, 'promo', g, '{\"to\":\"+84901234567\",\"text\":\"sale\"}'))
+ FROM generate_series(1, $ROWS) g;"
+
+echo "bulk enqueue of $ROWS rows, $(nproc) cores, $(pg_config --version)"
+printf '%-6s %14s %14s %7s\n' round plain_ms enqueue_ms ratio
+ratios=()
+for r in $(seq 1 "$ROUNDS"); do
+	p=$(timed "$plain")
+	e=$(timed "$enq")
+	ratio=$(awk -v e="$e" -v p="$p" 'BEGIN { printf "%.2f", e / p }')
+	ratios+=("$ratio")
+	printf '%-6s %14.0f %14.0f %7s\n' "$r" "$p" "$e" "$ratio"
+done
+median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
+echo "median ratio enqueue/plain: $median (target <= 1.5, limit 2.0)"
