@@ -11,8 +11,17 @@ MODULE_big = notif_deliver
 OBJS = \
 	src/notif_deliver.o \
 	src/guc.o \
+	src/shmem.o \
+	src/wake.o \
 	src/type_cache.o \
-	src/enqueue.o
+	src/enqueue.o \
+	src/launcher.o \
+	src/sender.o \
+	src/job_state.o \
+	src/job_sql.o \
+	src/request.o \
+	src/http.o \
+	src/throttle.o
 
 DATA = $(wildcard notif_deliver--*.sql)
 

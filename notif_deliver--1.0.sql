@@ -18,7 +18,7 @@
  */
 CREATE TABLE notif_provider (
     name text PRIMARY KEY
-        CONSTRAINT notif_provider_name_check CHECK (name <> ''),
+        CONSTRAINT notif_provider_name_check CHECK (name ~ '^[^[:cntrl:]]{1,63}$'),
     url text
         CONSTRAINT notif_provider_url_check CHECK (url ~* '^https?://[^[:space:]]+$'),
     format text NOT NULL DEFAULT 'json'
@@ -65,7 +65,7 @@ CREATE TABLE notif_type (
     provider text NOT NULL DEFAULT 'default'
         REFERENCES notif_provider ON UPDATE CASCADE,
     lane text NOT NULL DEFAULT 'default'
-        CONSTRAINT notif_type_lane_check CHECK (lane ~ '^[^[:space:][:cntrl:]]+$'),
+        CONSTRAINT notif_type_lane_check CHECK (lane ~ '^[^[:space:][:cntrl:]]{1,63}$'),
     priority int NOT NULL DEFAULT 0,
     backoff_min interval NOT NULL DEFAULT '1 second'
         CONSTRAINT notif_type_backoff_min_check CHECK (backoff_min >= '0'),
@@ -110,6 +110,11 @@ CREATE TABLE notif_job (
         CHECK (outcome = ANY ('{accepted,rejected,unreached,unknown}'::text[])),
     http_status int,
     last_error text,
+    -- set while a sender holds the job (status 'sending', or 'sent' by an
+    -- at_most_once claim whose call has not ended): the sender's incarnation.
+    -- A job whose holder is no longer alive is recovered by the next sender.
+    claimed_by bigint,
+    claimed_at timestamptz,             -- when that sender claimed it
     CONSTRAINT notif_job_key UNIQUE (user_id, kind, order_id)
 ) WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
 
@@ -118,8 +123,11 @@ COMMENT ON TABLE notif_job IS 'notifications to deliver (the outbox), one row pe
 -- What a sender claims: due queued jobs of the kinds in its lane, oldest first.
 -- Partial, so it holds only the backlog however many finished jobs are kept.
 CREATE INDEX notif_job_queued_idx ON notif_job (kind, next_at) WHERE status = 'queued';
--- What crash recovery looks at: jobs left in flight.
-CREATE INDEX notif_job_sending_idx ON notif_job (kind) WHERE status = 'sending';
+-- What crash recovery looks at: jobs held by a sender (in flight).
+CREATE INDEX notif_job_claimed_idx ON notif_job (claimed_by) WHERE claimed_by IS NOT NULL;
+-- What the retention purge looks at: old jobs.  BRIN, because ids and
+-- created_at grow together with the table: tiny, and cheap to maintain.
+CREATE INDEX notif_job_created_brin ON notif_job USING brin (created_at);
 
 /*
  * notif_attempt: one row per provider call.
@@ -190,15 +198,31 @@ REVOKE ALL ON FUNCTION notif_enqueue(bigint, text, text, jsonb, timestamptz) FRO
 REVOKE ALL ON FUNCTION notif_enqueue(bigint, text, bigint, jsonb, timestamptz) FROM PUBLIC;
 
 /*
- * Changes to notif_type reach every session's cache of types at commit.
+ * Changes to notif_type and notif_provider take effect without a restart:
+ * when such a change commits, every session's cache of types is invalidated
+ * and the launcher and the senders are woken to re-read their configuration.
  */
-CREATE FUNCTION notif_type_changed()
+CREATE FUNCTION notif_config_changed()
 RETURNS trigger
 LANGUAGE c
-AS 'MODULE_PATHNAME', 'notif_type_changed';
+AS 'MODULE_PATHNAME', 'notif_config_changed';
 
-REVOKE ALL ON FUNCTION notif_type_changed() FROM PUBLIC;
+REVOKE ALL ON FUNCTION notif_config_changed() FROM PUBLIC;
 
 CREATE TRIGGER notif_type_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON notif_type
-    FOR EACH STATEMENT EXECUTE FUNCTION notif_type_changed();
+    FOR EACH STATEMENT EXECUTE FUNCTION notif_config_changed();
+
+CREATE TRIGGER notif_provider_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON notif_provider
+    FOR EACH STATEMENT EXECUTE FUNCTION notif_config_changed();
+
+-- a new installation is a configuration change too: wake the launcher
+CREATE FUNCTION notif_wake_launcher()
+RETURNS void
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'notif_wake_launcher';
+
+REVOKE ALL ON FUNCTION notif_wake_launcher() FROM PUBLIC;
+
+SELECT notif_wake_launcher();

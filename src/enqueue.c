@@ -268,6 +268,9 @@ enqueue_internal(FunctionCallInfo fcinfo, text *order_id_text)
 
 	SPI_finish();
 
+	/* the lane's sender is woken when (and if) this transaction commits */
+	notif_wake_lane_at_commit(type.lane);
+
 	PG_RETURN_INT64(id);
 }
 

@@ -3,7 +3,8 @@
  * guc.c
  *      The configuration parameters (GUCs) of notif_deliver.
  *
- * Every parameter is documented in doc/reference.md.
+ * Every parameter is documented in doc/reference.md.  All but
+ * notif_deliver.database and notif_deliver.max_lanes reload on SIGHUP.
  *
  *-------------------------------------------------------------------------
  */
@@ -13,8 +14,15 @@
 
 #include "notif_deliver.h"
 
-/* largest payload notif_enqueue accepts, in bytes of stored jsonb */
 int			notif_max_payload_size = 64 * 1024;
+char	   *notif_database = NULL;
+bool		notif_enabled = true;
+int			notif_max_inflight = 256;
+int			notif_batch_size = 100;
+int			notif_poll_interval_ms = 10000;
+int			notif_max_lanes = 16;
+int			notif_purge_interval_ms = 60000;
+int			notif_purge_batch_size = 10000;
 
 void
 notif_define_gucs(void)
@@ -23,11 +31,72 @@ notif_define_gucs(void)
 							"Largest payload notif_enqueue accepts.",
 							"Measured as the size of the stored jsonb value.",
 							&notif_max_payload_size,
-							64 * 1024,
-							64,
-							16 * 1024 * 1024,
-							PGC_SUSET,
-							GUC_UNIT_BYTE,
+							64 * 1024, 64, 16 * 1024 * 1024,
+							PGC_SUSET, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("notif_deliver.database",
+							   "Database that holds the notif_deliver extension.",
+							   "The launcher connects to it; set before the server starts.",
+							   &notif_database,
+							   "postgres",
+							   PGC_POSTMASTER, 0,
+							   NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("notif_deliver.enabled",
+							 "Whether queued notifications are sent.",
+							 "When off, the launcher stops every sender; jobs wait in the queue.",
+							 &notif_enabled,
+							 true,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("notif_deliver.max_inflight",
+							"Most provider calls in flight at once, per lane.",
+							NULL,
+							&notif_max_inflight,
+							256, 1, 10000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("notif_deliver.batch_size",
+							"Most jobs a sender claims in one transaction.",
+							NULL,
+							&notif_batch_size,
+							100, 1, 10000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("notif_deliver.poll_interval",
+							"How often an idle sender looks for due jobs without being woken.",
+							"Enqueues wake senders at commit; this catches jobs inserted otherwise.",
+							&notif_poll_interval_ms,
+							10000, 100, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("notif_deliver.max_lanes",
+							"Most lanes (and so sender processes) at once.",
+							NULL,
+							&notif_max_lanes,
+							16, 1, 256,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("notif_deliver.purge_interval",
+							"How often finished jobs past their retention are deleted.",
+							NULL,
+							&notif_purge_interval_ms,
+							60000, 1000, 24 * 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("notif_deliver.purge_batch_size",
+							"Most jobs deleted in one purge transaction.",
+							NULL,
+							&notif_purge_batch_size,
+							10000, 100, 1000000,
+							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("notif_deliver");

@@ -8,9 +8,16 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/indexing.h"
+#include "catalog/pg_extension.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 
 #include "notif_deliver.h"
@@ -23,6 +30,12 @@ void
 _PG_init(void)
 {
 	notif_define_gucs();
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;					/* enqueue works; nothing is sent */
+
+	notif_shmem_request();
+	notif_register_launcher();
 }
 
 /*
@@ -51,4 +64,29 @@ notif_qualified_sql(Oid nspid, const char *fmt)
 			appendStringInfoChar(&buf, *p);
 	}
 	return buf.data;
+}
+
+/*
+ * The schema of an installed extension (get_extension_schema() is not
+ * exported before PostgreSQL 16).
+ */
+Oid
+notif_extension_schema(Oid extoid)
+{
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	Oid			result = InvalidOid;
+
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(extoid));
+	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+		result = ((Form_pg_extension) GETSTRUCT(tuple))->extnamespace;
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return result;
 }

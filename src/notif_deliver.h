@@ -11,22 +11,92 @@
 #include "postgres.h"
 
 #include "datatype/timestamp.h"
+#include "port/atomics.h"
+#include "storage/latch.h"
+#include "storage/spin.h"
+
+#define NOTIF_EXTENSION_NAME	"notif_deliver"
+#define NOTIF_NAME_MAXLEN		64	/* lane and provider names in shmem */
 
 /* guc.c */
 extern int	notif_max_payload_size;
+extern char *notif_database;
+extern bool notif_enabled;
+extern int	notif_max_inflight;
+extern int	notif_batch_size;
+extern int	notif_poll_interval_ms;
+extern int	notif_max_lanes;
+extern int	notif_purge_interval_ms;
+extern int	notif_purge_batch_size;
 
 extern void notif_define_gucs(void);
+
+/* shmem.c: what the launcher, the senders and enqueuing sessions share */
+typedef struct NotifLaneSlot
+{
+	bool		in_use;			/* a lane is assigned to this slot */
+	char		lane[NOTIF_NAME_MAXLEN];
+	pid_t		pid;			/* its sender, 0 if none runs */
+	Latch	   *latch;			/* its sender's latch, NULL if none runs */
+	int64		incarnation;	/* its sender's incarnation, 0 if none */
+	pg_atomic_uint32 inflight;	/* calls in flight */
+	pg_atomic_uint64 sent;		/* calls ended, since the slot was assigned */
+} NotifLaneSlot;
+
+typedef struct NotifProviderSlot
+{
+	bool		in_use;
+	char		name[NOTIF_NAME_MAXLEN];
+	int			inflight;		/* calls in flight, all lanes */
+	double		tokens;			/* rate limit bucket */
+	TimestampTz refilled_at;
+	TimestampTz paused_until;	/* after a 429/503 with Retry-After */
+} NotifProviderSlot;
+
+#define NOTIF_MAX_PROVIDERS 64
+
+typedef struct NotifShared
+{
+	slock_t		mutex;			/* protects everything not atomic */
+	pid_t		launcher_pid;
+	Latch	   *launcher_latch;
+	pg_atomic_uint64 config_generation;	/* bumped by each config commit */
+	int64		next_incarnation;
+	NotifProviderSlot providers[NOTIF_MAX_PROVIDERS];
+	NotifLaneSlot lanes[FLEXIBLE_ARRAY_MEMBER];
+} NotifShared;
+
+extern NotifShared *notif_shared;
+
+extern void notif_shmem_request(void);
+extern void notif_shmem_startup(void);
+extern void notif_shmem_attach(void);
+extern int64 notif_new_incarnation(void);
+extern void notif_wake_lane(const char *lane);
+extern void notif_wake_all(void);
+extern int	notif_live_incarnations(int64 *out, int max);
+
+/* wake.c: wake-ups at commit */
+extern void notif_wake_lane_at_commit(const char *lane);
+extern void notif_config_changed_at_commit(void);
 
 /* type_cache.c */
 typedef struct NotifTypeInfo
 {
 	bool		has_deadline;
 	Interval	deadline;
+	char		lane[NOTIF_NAME_MAXLEN];
 } NotifTypeInfo;
 
 extern bool notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info);
 
-/* quoting helper for the SQL of a given schema */
+/* notif_deliver.c */
 extern char *notif_qualified_sql(Oid nspid, const char *fmt);
+extern Oid	notif_extension_schema(Oid extoid);
+
+/* launcher.c, sender.c: background worker entry points */
+extern PGDLLEXPORT void notif_launcher_main(Datum arg);
+extern PGDLLEXPORT void notif_sender_main(Datum arg);
+extern void notif_register_launcher(void);
 
 #endif							/* NOTIF_DELIVER_H */

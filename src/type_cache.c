@@ -4,7 +4,7 @@
  *      A per-session cache of notif_type, so that notif_enqueue does not
  *      query notif_type on every call.
  *
- * The statement trigger notif_type_changed() on notif_type sends a relcache
+ * The statement trigger notif_config_changed() on notif_type sends a relcache
  * invalidation for the table; PostgreSQL delivers it to every session when
  * the change commits (and to the changing session at once), and our relcache
  * callback then forgets the whole cache.  Rows changed by a transaction that
@@ -16,7 +16,6 @@
 
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
-#include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
@@ -43,8 +42,6 @@ static bool callback_registered = false;
 static Oid	cached_nspid = InvalidOid;
 static Oid	cached_relid = InvalidOid;
 static SPIPlanPtr lookup_plan = NULL;
-
-PG_FUNCTION_INFO_V1(notif_type_changed);
 
 static void
 type_cache_invalidate(Datum arg, Oid relid)
@@ -85,7 +82,7 @@ type_cache_reset(Oid nspid)
 			lookup_plan = NULL;
 		}
 		plan = SPI_prepare(notif_qualified_sql(nspid,
-											   "SELECT deadline FROM %s.notif_type"
+											   "SELECT deadline, lane FROM %s.notif_type"
 											   " WHERE code OPERATOR(pg_catalog.=) $1"),
 						   1, argtypes);
 		if (plan == NULL)
@@ -147,6 +144,8 @@ notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info)
 			fresh.has_deadline = !isnull;
 			if (!isnull)
 				fresh.deadline = *DatumGetIntervalP(d);
+			d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+			text_to_cstring_buffer(DatumGetTextPP(d), fresh.lane, sizeof(fresh.lane));
 		}
 		SPI_freetuptable(SPI_tuptable);
 
@@ -160,23 +159,4 @@ notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info)
 		*info = fresh;
 		return exists;
 	}
-}
-
-/*
- * notif_type_changed(): statement trigger on notif_type.  Queues a relcache
- * invalidation of the table, which every session's cache listens to.
- */
-Datum
-notif_type_changed(PG_FUNCTION_ARGS)
-{
-	TriggerData *trigdata = (TriggerData *) fcinfo->context;
-
-	if (!CALLED_AS_TRIGGER(fcinfo))
-		ereport(ERROR,
-				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("notif_type_changed() must be called as a trigger")));
-
-	CacheInvalidateRelcache(trigdata->tg_relation);
-
-	PG_RETURN_POINTER(NULL);
 }

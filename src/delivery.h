@@ -1,0 +1,104 @@
+/*-------------------------------------------------------------------------
+ *
+ * delivery.h
+ *      What a sender works with: the configuration of its lane's types and
+ *      their providers, and one provider call in flight.  Shared by the
+ *      sender loop (sender.c), its SQL (job_sql.c), the request builder
+ *      (request.c) and the libcurl event loop (http.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef NOTIF_DELIVERY_H
+#define NOTIF_DELIVERY_H
+
+#include <curl/curl.h>
+
+#include "lib/ilist.h"
+#include "utils/jsonb.h"
+
+#include "job_state.h"
+
+typedef enum NotifFormat
+{
+	FORMAT_JSON,
+	FORMAT_FORM,
+	FORMAT_QUERY
+} NotifFormat;
+
+/* a provider, as read from notif_provider */
+typedef struct NotifProviderConf
+{
+	char	   *name;
+	char	   *url;			/* NULL: not configured, its jobs wait */
+	NotifFormat format;
+	struct curl_slist *headers; /* static headers, "Name: value" */
+	char	   *idempotency_header;
+	long		timeout_ms;
+	long		connect_timeout_ms;
+	int			max_inflight;
+	double		rate_limit;		/* requests/s, 0 = none */
+} NotifProviderConf;
+
+/* a type of the lane, as read from notif_type, with its provider */
+typedef struct NotifTypeConf
+{
+	char	   *code;
+	NotifDelivery delivery;
+	int			priority;
+	NotifRetryPolicy policy;
+	NotifProviderConf provider;
+} NotifTypeConf;
+
+/* one provider call, from claim to recorded result */
+typedef struct NotifCall
+{
+	dlist_node	node;
+	MemoryContext cxt;			/* everything below lives here */
+
+	/* the job, as claimed */
+	int64		job_id;
+	int			tries;			/* after the claim: this call's try number */
+	const char *claimed_status; /* 'sending' or 'sent' */
+	NotifDelivery delivery;		/* as committed by the claim */
+	TimestampTz deadline_at;	/* 0: none */
+	NotifRetryPolicy policy;	/* the type's, at the claim */
+	long		timeout_ms;		/* the provider's, at the claim */
+	long		connect_timeout_ms;
+	int			provider_slot;	/* index in notif_shared->providers */
+
+	/* the request */
+	CURL	   *easy;
+	char	   *url;
+	char	   *body;			/* NULL for GET */
+	size_t		body_len;
+	size_t		body_sent;		/* read-callback position */
+	struct curl_slist *headers;
+	char		errbuf[CURL_ERROR_SIZE];
+
+	/* the result */
+	TimestampTz started_at;
+	TimestampTz ended_at;
+	NotifOutcome outcome;
+	long		http_status;
+	int64		retry_after_ms;
+	char	   *error;
+	char		response[256];	/* start of a non-2xx response body */
+	size_t		response_len;
+} NotifCall;
+
+/* request.c */
+extern void notif_build_request(NotifCall *call, const NotifProviderConf *provider,
+								const char *key, Jsonb *payload);
+extern void notif_free_request(NotifCall *call);
+
+/* http.c */
+extern void notif_http_init(void);
+extern int	notif_http_epoll_fd(void);
+extern long notif_http_timeout_ms(void);
+extern void notif_http_drive(bool sockets_ready);
+extern void notif_http_start(NotifCall *call);
+extern NotifCall *notif_http_next_done(void);
+extern void notif_http_abort_all(const char *reason);
+extern int	notif_http_inflight(void);
+
+#endif							/* NOTIF_DELIVERY_H */

@@ -1,0 +1,320 @@
+/*-------------------------------------------------------------------------
+ *
+ * http.c
+ *      The libcurl event loop of a sender: many provider calls in flight at
+ *      once through the multi interface, driven by curl_multi_socket_action
+ *      over an epoll set of libcurl's sockets.
+ *
+ * The sender waits on that epoll descriptor together with its latch (one
+ * WaitEventSet), so that a wake-up, a signal or a socket event all end the
+ * wait.  No transaction is open while calls are in flight.
+ *
+ * The at_most_once guard: libcurl silently re-sends a request on a fresh
+ * connection when a reused keep-alive connection dies before any response
+ * byte.  For at_most_once that copy would be a duplicate behind our back, so
+ * at_most_once bodies are given through a read callback without a seek
+ * callback (libcurl cannot rewind them and fails with CURLE_SEND_FAIL_REWIND
+ * instead), and at_most_once requests without a body never reuse a
+ * connection.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "delivery.h"
+#include "notif_deliver.h"
+
+static CURLM *multi = NULL;
+static int	epfd = -1;
+static TimestampTz timer_at = 0;	/* 0: no libcurl timer pending */
+static int	n_inflight = 0;
+static dlist_head inflight_calls = DLIST_STATIC_INIT(inflight_calls);
+static dlist_head done_calls = DLIST_STATIC_INIT(done_calls);
+
+/* libcurl tells which sockets to watch */
+static int
+socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
+{
+	struct epoll_event ev = {0};
+
+	if (what == CURL_POLL_REMOVE)
+	{
+		if (socketp)
+			(void) epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL);
+		curl_multi_assign(multi, fd, NULL);
+		return 0;
+	}
+	ev.data.fd = fd;
+	if (what == CURL_POLL_IN || what == CURL_POLL_INOUT)
+		ev.events |= EPOLLIN;
+	if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
+		ev.events |= EPOLLOUT;
+	if (epoll_ctl(epfd, socketp ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0)
+	{
+		if (errno == ENOENT && epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0)
+			;
+		else if (errno == EEXIST && epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
+			;
+		else
+			elog(WARNING, "notif_deliver: epoll_ctl on fd %d failed: %m", (int) fd);
+	}
+	curl_multi_assign(multi, fd, (void *) 1);
+	return 0;
+}
+
+/* libcurl tells when it next wants to be called without a socket event */
+static int
+timer_cb(CURLM *m, long timeout_ms, void *userp)
+{
+	if (timeout_ms < 0)
+		timer_at = 0;
+	else
+		timer_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	return 0;
+}
+
+/* at_most_once bodies: read once, never rewound */
+static size_t
+read_cb(char *buffer, size_t size, size_t nitems, void *userdata)
+{
+	NotifCall  *call = (NotifCall *) userdata;
+	size_t		n = Min(size * nitems, call->body_len - call->body_sent);
+
+	memcpy(buffer, call->body + call->body_sent, n);
+	call->body_sent += n;
+	return n;
+}
+
+/* keep the start of a response body, for last_error */
+static size_t
+write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	NotifCall  *call = (NotifCall *) userdata;
+	size_t		n = size * nmemb;
+	size_t		room = sizeof(call->response) - 1 - call->response_len;
+
+	if (room > 0)
+	{
+		memcpy(call->response + call->response_len, ptr, Min(n, room));
+		call->response_len += Min(n, room);
+		call->response[call->response_len] = '\0';
+	}
+	return n;
+}
+
+void
+notif_http_init(void)
+{
+	if (curl_global_init(CURL_GLOBAL_ALL) != CURLE_OK)
+		elog(ERROR, "curl_global_init failed");
+	multi = curl_multi_init();
+	if (multi == NULL)
+		elog(ERROR, "curl_multi_init failed");
+	epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (epfd < 0)
+		elog(ERROR, "epoll_create1 failed: %m");
+	curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
+	curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, timer_cb);
+	/* keep as many idle keep-alive connections as calls can be in flight */
+	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) notif_max_inflight);
+}
+
+int
+notif_http_epoll_fd(void)
+{
+	return epfd;
+}
+
+int
+notif_http_inflight(void)
+{
+	return n_inflight;
+}
+
+/* milliseconds until libcurl wants a timeout call; -1 for none */
+long
+notif_http_timeout_ms(void)
+{
+	TimestampTz now;
+
+	if (timer_at == 0)
+		return -1;
+	now = GetCurrentTimestamp();
+	if (now >= timer_at)
+		return 0;
+	return (long) ((timer_at - now + 999) / 1000);
+}
+
+static void
+collect_done(void)
+{
+	CURLMsg    *msg;
+	int			left;
+
+	while ((msg = curl_multi_info_read(multi, &left)) != NULL)
+	{
+		NotifCall  *call;
+		curl_off_t	retry_after = 0;
+		long		request_size = 0;
+
+		if (msg->msg != CURLMSG_DONE)
+			continue;
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &call);
+		call->ended_at = GetCurrentTimestamp();
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &call->http_status);
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_REQUEST_SIZE, &request_size);
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_RETRY_AFTER, &retry_after);
+		call->retry_after_ms = (int64) retry_after * 1000;
+		call->outcome = notif_classify(msg->data.result, call->http_status,
+									   true, request_size > 0 || call->body_sent > 0);
+		if (msg->data.result != CURLE_OK)
+			call->error = MemoryContextStrdup(call->cxt,
+											  call->errbuf[0] ? call->errbuf : curl_easy_strerror(msg->data.result));
+		else if (call->outcome != OUTCOME_ACCEPTED)
+			call->error = MemoryContextStrdup(call->cxt, call->response);
+
+		curl_multi_remove_handle(multi, msg->easy_handle);
+		curl_easy_cleanup(msg->easy_handle);
+		call->easy = NULL;
+		notif_free_request(call);
+		n_inflight--;
+		dlist_delete(&call->node);
+		dlist_push_tail(&done_calls, &call->node);
+	}
+}
+
+/* Let libcurl work: on ready sockets, and on its timer when due. */
+void
+notif_http_drive(bool sockets_ready)
+{
+	int			running;
+
+	if (sockets_ready)
+	{
+		struct epoll_event evs[64];
+		int			n;
+
+		while ((n = epoll_wait(epfd, evs, lengthof(evs), 0)) > 0)
+		{
+			int			i;
+
+			for (i = 0; i < n; i++)
+			{
+				int			flags = 0;
+
+				if (evs[i].events & (EPOLLIN | EPOLLHUP))
+					flags |= CURL_CSELECT_IN;
+				if (evs[i].events & EPOLLOUT)
+					flags |= CURL_CSELECT_OUT;
+				if (evs[i].events & EPOLLERR)
+					flags |= CURL_CSELECT_ERR;
+				curl_multi_socket_action(multi, evs[i].data.fd, flags, &running);
+			}
+			if (n < (int) lengthof(evs))
+				break;
+		}
+	}
+	if (timer_at != 0 && GetCurrentTimestamp() >= timer_at)
+	{
+		timer_at = 0;
+		curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running);
+	}
+	collect_done();
+}
+
+/* Start a call whose request is built. */
+void
+notif_http_start(NotifCall *call)
+{
+	CURL	   *easy = curl_easy_init();
+
+	if (easy == NULL)
+		elog(ERROR, "curl_easy_init failed");
+	call->easy = easy;
+	call->errbuf[0] = '\0';
+	call->body_sent = 0;
+
+	curl_easy_setopt(easy, CURLOPT_PRIVATE, call);
+	curl_easy_setopt(easy, CURLOPT_URL, call->url);
+	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_1_1);
+	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 1L);
+	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 2L);
+	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, call->timeout_ms);
+	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, call->connect_timeout_ms);
+	curl_easy_setopt(easy, CURLOPT_HTTPHEADER, call->headers);
+	curl_easy_setopt(easy, CURLOPT_USERAGENT, "notif_deliver/1.0");
+	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, call->errbuf);
+	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, write_cb);
+	curl_easy_setopt(easy, CURLOPT_WRITEDATA, call);
+
+	if (call->body == NULL)
+	{
+		curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
+		if (call->delivery == AT_MOST_ONCE)
+			curl_easy_setopt(easy, CURLOPT_FRESH_CONNECT, 1L);
+	}
+	else
+	{
+		curl_easy_setopt(easy, CURLOPT_POST, 1L);
+		curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) call->body_len);
+		if (call->delivery == AT_MOST_ONCE)
+		{
+			/* no CURLOPT_SEEKFUNCTION: libcurl cannot send it twice */
+			curl_easy_setopt(easy, CURLOPT_READFUNCTION, read_cb);
+			curl_easy_setopt(easy, CURLOPT_READDATA, call);
+		}
+		else
+			curl_easy_setopt(easy, CURLOPT_POSTFIELDS, call->body);
+	}
+
+	call->started_at = GetCurrentTimestamp();
+	if (curl_multi_add_handle(multi, easy) != CURLM_OK)
+		elog(ERROR, "curl_multi_add_handle failed");
+	n_inflight++;
+	dlist_push_tail(&inflight_calls, &call->node);
+	/* libcurl now asks for a 0 ms timer: the next notif_http_drive() starts it */
+}
+
+/*
+ * Drop every call in flight (shutdown): they end now, their result unknown
+ * (the provider may or may not have acted).
+ */
+void
+notif_http_abort_all(const char *reason)
+{
+	dlist_mutable_iter iter;
+
+	dlist_foreach_modify(iter, &inflight_calls)
+	{
+		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
+
+		curl_multi_remove_handle(multi, call->easy);
+		curl_easy_cleanup(call->easy);
+		call->easy = NULL;
+		notif_free_request(call);
+		call->ended_at = GetCurrentTimestamp();
+		call->outcome = OUTCOME_UNKNOWN;
+		call->error = MemoryContextStrdup(call->cxt, reason);
+		n_inflight--;
+		dlist_delete(&call->node);
+		dlist_push_tail(&done_calls, &call->node);
+	}
+}
+
+/* The next finished call, or NULL. */
+NotifCall *
+notif_http_next_done(void)
+{
+	if (dlist_is_empty(&done_calls))
+		return NULL;
+	return dlist_container(NotifCall, node, dlist_pop_head_node(&done_calls));
+}

@@ -1,0 +1,509 @@
+/*-------------------------------------------------------------------------
+ *
+ * job_sql.c
+ *      All the SQL the launcher and the senders run, in one place, as
+ *      prepared plans.  "%s" stands for the extension's schema.
+ *
+ * The workers run with search_path = pg_catalog, so operators resolve
+ * there; tables are schema-qualified.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "job_sql.h"
+#include "notif_deliver.h"
+
+/* the types of a lane, with their providers (paused types left out) */
+static const char *const sql_lane_types =
+"SELECT t.code, t.delivery, t.max_tries, t.priority,"
+"       (extract(epoch FROM t.backoff_min) * 1000)::int8,"
+"       (extract(epoch FROM t.backoff_max) * 1000)::int8,"
+"       p.name, p.url, p.format, p.headers, p.idempotency_header,"
+"       (extract(epoch FROM p.timeout) * 1000)::int8,"
+"       (extract(epoch FROM p.connect_timeout) * 1000)::int8,"
+"       p.max_inflight, p.rate_limit::float8"
+"  FROM %s.notif_type t JOIN %s.notif_provider p ON p.name = t.provider"
+" WHERE t.lane = $1 AND NOT t.paused"
+" ORDER BY t.priority DESC, t.code";
+
+/*
+ * Claim due jobs of one type.  A job past its deadline becomes 'expired'
+ * without being sent.  Otherwise, by the type's delivery as committed now:
+ * at_most_once jobs become 'sent' (committed before the call), at_least_once
+ * jobs 'sending'; both count the try and record who holds them.
+ */
+static const char *const sql_claim =
+"WITH due AS ("
+"    SELECT j.id, coalesce(j.deadline_at <= now(), false) AS expired"
+"      FROM %s.notif_job j"
+"     WHERE j.kind = $1 AND j.status = 'queued' AND j.next_at <= now()"
+"     ORDER BY j.next_at, j.id"
+"     LIMIT $2"
+"       FOR UPDATE SKIP LOCKED),"
+" type AS (SELECT delivery FROM %s.notif_type WHERE code = $1)"
+" UPDATE %s.notif_job j"
+"    SET status = CASE WHEN due.expired THEN 'expired'"
+"                      WHEN type.delivery = 'at_most_once' THEN 'sent'"
+"                      ELSE 'sending' END,"
+"        tries = j.tries + CASE WHEN due.expired THEN 0 ELSE 1 END,"
+"        sent_at = CASE WHEN NOT due.expired AND type.delivery = 'at_most_once'"
+"                       THEN now() ELSE j.sent_at END,"
+"        claimed_by = CASE WHEN due.expired THEN NULL ELSE $3 END,"
+"        claimed_at = CASE WHEN due.expired THEN NULL ELSE now() END,"
+"        last_error = CASE WHEN due.expired"
+"                          THEN 'deadline passed before an attempt could start'"
+"                          ELSE j.last_error END"
+"   FROM due, type"
+"  WHERE j.id = due.id"
+" RETURNING j.id, j.user_id, j.order_id, j.payload, j.status, j.tries, j.deadline_at";
+
+/*
+ * Record what calls did: the job's next state, guarded by what the claim
+ * wrote (status, tries, holder), so a stale result never overwrites a newer
+ * one; and one notif_attempt row per call.
+ */
+static const char *const sql_record =
+"WITH r AS ("
+"    SELECT * FROM unnest($1::int8[], $2::int4[], $3::text[], $4::int8[], $5::text[],"
+"                         $6::text[], $7::int4[], $8::text[], $9::timestamptz[],"
+"                         $10::timestamptz[], $11::int4[], $12::timestamptz[], $13::timestamptz[])"
+"        AS r(id, tries, expected, claimed_by, status, outcome, http_status, error,"
+"             next_at, sent_at, tries_delta, started_at, ended_at)),"
+" upd AS ("
+"    UPDATE %s.notif_job j"
+"       SET status = r.status,"
+"           outcome = coalesce(r.outcome, j.outcome),"
+"           http_status = CASE WHEN r.outcome IS NULL THEN j.http_status ELSE r.http_status END,"
+"           last_error = r.error,"
+"           next_at = coalesce(r.next_at, j.next_at),"
+"           sent_at = coalesce(r.sent_at, j.sent_at),"
+"           tries = j.tries + r.tries_delta,"
+"           claimed_by = NULL,"
+"           claimed_at = NULL"
+"      FROM r"
+"     WHERE j.id = r.id AND j.status = r.expected AND j.tries = r.tries"
+"       AND j.claimed_by = r.claimed_by"
+"    RETURNING j.id),"
+" att AS ("
+"    INSERT INTO %s.notif_attempt (job_id, try, started_at, ended_at, outcome, http_status, error)"
+"    SELECT r.id, r.tries, r.started_at, r.ended_at, r.outcome, r.http_status, r.error"
+"      FROM r WHERE r.outcome IS NOT NULL"
+"    ON CONFLICT (job_id, try) DO NOTHING)"
+" SELECT count(*)::int4 FROM upd";
+
+/* jobs of these types held by senders that are no longer running */
+static const char *const sql_orphans =
+"SELECT j.id, j.kind, j.status, j.tries, j.claimed_by, j.claimed_at, j.deadline_at"
+"  FROM %s.notif_job j"
+" WHERE j.claimed_by IS NOT NULL AND j.claimed_by <> ALL ($1) AND j.kind = ANY ($2)"
+"   FOR UPDATE SKIP LOCKED";
+
+static const char *const sql_next_due =
+"SELECT min(next_at) FROM %s.notif_job WHERE kind = $1 AND status = 'queued'";
+
+/* the lanes that need a sender */
+static const char *const sql_lanes =
+"SELECT DISTINCT lane FROM %s.notif_type WHERE NOT paused ORDER BY lane";
+
+/* delete finished jobs past their type's retention, a bounded batch */
+static const char *const sql_purge =
+"WITH doomed AS ("
+"    SELECT j.id"
+"      FROM %s.notif_type t"
+"     CROSS JOIN LATERAL ("
+"        SELECT j.id FROM %s.notif_job j"
+"         WHERE j.kind = t.code AND j.created_at < now() - t.retention"
+"           AND j.status IN ('sent', 'failed', 'expired') AND j.claimed_by IS NULL"
+"         LIMIT $1) j"
+"     LIMIT $1),"
+" gone AS (DELETE FROM %s.notif_job j USING doomed d WHERE j.id = d.id RETURNING j.id),"
+" att AS (DELETE FROM %s.notif_attempt a USING gone g WHERE a.job_id = g.id)"
+" SELECT count(*) FROM gone";
+
+typedef struct PlanDef
+{
+	const char *const *sql;
+	int			nargs;
+	Oid			argtypes[13];
+	SPIPlanPtr	plan;
+} PlanDef;
+
+enum
+{
+	PLAN_LANE_TYPES, PLAN_CLAIM, PLAN_RECORD, PLAN_ORPHANS, PLAN_NEXT_DUE,
+	PLAN_LANES, PLAN_PURGE, N_PLANS
+};
+
+static PlanDef plans[N_PLANS] = {
+	[PLAN_LANE_TYPES] = {&sql_lane_types, 1, {TEXTOID}},
+	[PLAN_CLAIM] = {&sql_claim, 3, {TEXTOID, INT4OID, INT8OID}},
+	[PLAN_RECORD] = {&sql_record, 13,
+		{INT8ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID,
+			TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID,
+		TIMESTAMPTZARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID}},
+	[PLAN_ORPHANS] = {&sql_orphans, 2, {INT8ARRAYOID, TEXTARRAYOID}},
+	[PLAN_NEXT_DUE] = {&sql_next_due, 1, {TEXTOID}},
+	[PLAN_LANES] = {&sql_lanes, 0, {0}},
+	[PLAN_PURGE] = {&sql_purge, 1, {INT4OID}},
+};
+
+static Oid	plans_extension = InvalidOid;
+static Oid	plans_namespace = InvalidOid;
+
+/*
+ * Prepare the plans for the extension as it is now.  Returns false when the
+ * extension is not installed.  Re-prepares after a DROP and CREATE.
+ */
+bool
+notif_sql_prepare(void)
+{
+	Oid			ext = get_extension_oid(NOTIF_EXTENSION_NAME, true);
+	int			i;
+
+	if (!OidIsValid(ext))
+	{
+		plans_extension = InvalidOid;
+		return false;
+	}
+	if (ext == plans_extension)
+		return true;
+
+	plans_namespace = notif_extension_schema(ext);
+	for (i = 0; i < N_PLANS; i++)
+	{
+		SPIPlanPtr	p;
+
+		if (plans[i].plan)
+			SPI_freeplan(plans[i].plan);
+		plans[i].plan = NULL;
+		p = SPI_prepare(notif_qualified_sql(plans_namespace, *plans[i].sql),
+						plans[i].nargs, plans[i].argtypes);
+		if (p == NULL)
+			elog(ERROR, "notif_deliver: could not prepare statement: %s",
+				 SPI_result_code_string(SPI_result));
+		SPI_keepplan(p);
+		plans[i].plan = p;
+	}
+	plans_extension = ext;
+	return true;
+}
+
+Oid
+notif_sql_namespace(void)
+{
+	return plans_namespace;
+}
+
+static void
+run(int plan, Datum *values, const char *nulls, bool read_only, int expect)
+{
+	int			ret = SPI_execute_plan(plans[plan].plan, values, nulls, read_only, 0);
+
+	if (ret != expect)
+		elog(ERROR, "notif_deliver: statement %d failed: %s", plan, SPI_result_code_string(ret));
+}
+
+static Datum
+col(int row, int col, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
+}
+
+static char *
+col_text(int row, int c, MemoryContext cxt)
+{
+	bool		isnull;
+	Datum		d = col(row, c, &isnull);
+
+	if (isnull)
+		return NULL;
+	return MemoryContextStrdup(cxt, TextDatumGetCString(d));
+}
+
+static int64
+col_int(int row, int c)
+{
+	bool		isnull;
+	Datum		d = col(row, c, &isnull);
+
+	if (isnull)
+		return 0;
+	switch (SPI_gettypeid(SPI_tuptable->tupdesc, c))
+	{
+		case INT4OID:
+			return DatumGetInt32(d);
+		default:
+			return DatumGetInt64(d);
+	}
+}
+
+static NotifFormat
+format_from_string(const char *s)
+{
+	if (strcmp(s, "form") == 0)
+		return FORMAT_FORM;
+	if (strcmp(s, "query") == 0)
+		return FORMAT_QUERY;
+	return FORMAT_JSON;
+}
+
+/* "Name: value" lines from a headers object (strings only, by CHECK) */
+static struct curl_slist *
+headers_from_jsonb(Jsonb *jb)
+{
+	struct curl_slist *list = NULL;
+	JsonbIterator *it = JsonbIteratorInit(&jb->root);
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	char	   *key = NULL;
+
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (tok == WJB_KEY)
+			key = pnstrdup(v.val.string.val, v.val.string.len);
+		else if (tok == WJB_VALUE && v.type == jbvString && key)
+			list = curl_slist_append(list, psprintf("%s: %.*s", key,
+													v.val.string.len, v.val.string.val));
+	}
+	return list;
+}
+
+int
+notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out)
+{
+	Datum		values[1] = {CStringGetTextDatum(lane)};
+	NotifTypeConf *types;
+	uint64		i;
+
+	run(PLAN_LANE_TYPES, values, NULL, true, SPI_OK_SELECT);
+	types = MemoryContextAllocZero(cxt, sizeof(NotifTypeConf) * Max(SPI_processed, 1));
+	for (i = 0; i < SPI_processed; i++)
+	{
+		NotifTypeConf *t = &types[i];
+		char	   *s;
+		bool		isnull;
+		Datum		d;
+
+		t->code = col_text(i, 1, cxt);
+		s = col_text(i, 2, cxt);
+		t->delivery = notif_delivery_from_string(s);
+		t->policy.max_tries = col_int(i, 3);
+		t->priority = col_int(i, 4);
+		t->policy.backoff_min_ms = col_int(i, 5);
+		t->policy.backoff_max_ms = col_int(i, 6);
+		t->provider.name = col_text(i, 7, cxt);
+		t->provider.url = col_text(i, 8, cxt);
+		t->provider.format = format_from_string(col_text(i, 9, cxt));
+		d = col(i, 10, &isnull);
+		t->provider.headers = isnull ? NULL : headers_from_jsonb(DatumGetJsonbP(d));
+		t->provider.idempotency_header = col_text(i, 11, cxt);
+		t->provider.timeout_ms = col_int(i, 12);
+		t->provider.connect_timeout_ms = col_int(i, 13);
+		t->provider.max_inflight = col_int(i, 14);
+		d = col(i, 15, &isnull);
+		t->provider.rate_limit = isnull ? 0 : DatumGetFloat8(d);
+	}
+	*out = types;
+	return (int) SPI_processed;
+}
+
+int
+notif_sql_claim(const char *kind, int limit, int64 incarnation,
+				MemoryContext cxt, NotifClaimedJob **out)
+{
+	Datum		values[3] = {CStringGetTextDatum(kind), Int32GetDatum(limit),
+	Int64GetDatum(incarnation)};
+	NotifClaimedJob *jobs;
+	uint64		i;
+
+	run(PLAN_CLAIM, values, NULL, false, SPI_OK_UPDATE_RETURNING);
+	jobs = MemoryContextAllocZero(cxt, sizeof(NotifClaimedJob) * Max(SPI_processed, 1));
+	for (i = 0; i < SPI_processed; i++)
+	{
+		NotifClaimedJob *j = &jobs[i];
+		bool		isnull;
+		MemoryContext old;
+
+		j->id = col_int(i, 1);
+		j->user_id = col_int(i, 2);
+		j->order_id = col_text(i, 3, cxt);
+		old = MemoryContextSwitchTo(cxt);
+		j->payload = DatumGetJsonbPCopy(col(i, 4, &isnull));
+		MemoryContextSwitchTo(old);
+		j->status = col_text(i, 5, cxt);
+		j->tries = col_int(i, 6);
+		j->deadline_at = DatumGetTimestampTz(col(i, 7, &isnull));
+		if (isnull)
+			j->deadline_at = 0;
+	}
+	*out = jobs;
+	return (int) SPI_processed;
+}
+
+static Datum
+array_of(Datum *elems, bool *nulls, int n, Oid elemtype)
+{
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+
+	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
+	return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs,
+											  elemtype, typlen, typbyval, typalign));
+}
+
+void
+notif_sql_record(NotifResult *results, int n, int *updated)
+{
+	enum
+	{
+		ID, TRIES, EXPECTED, CLAIMED_BY, STATUS, OUTCOME, HTTP, ERROR_, NEXT_AT,
+		SENT_AT, TRIES_DELTA, STARTED, ENDED, NCOLS
+	};
+	static const Oid elemtypes[NCOLS] = {INT8OID, INT4OID, TEXTOID, INT8OID, TEXTOID,
+		TEXTOID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Datum	   *elems[NCOLS];
+	bool	   *nulls[NCOLS];
+	Datum		values[NCOLS];
+	int			c,
+				i;
+	bool		isnull;
+
+	if (n == 0)
+	{
+		if (updated)
+			*updated = 0;
+		return;
+	}
+	for (c = 0; c < NCOLS; c++)
+	{
+		elems[c] = palloc0(sizeof(Datum) * n);
+		nulls[c] = palloc0(sizeof(bool) * n);
+	}
+	for (i = 0; i < n; i++)
+	{
+		NotifResult *r = &results[i];
+		const char *outcome = notif_outcome_name(r->outcome);
+
+		elems[ID][i] = Int64GetDatum(r->job_id);
+		elems[TRIES][i] = Int32GetDatum(r->tries);
+		elems[EXPECTED][i] = CStringGetTextDatum(r->expected_status);
+		elems[CLAIMED_BY][i] = Int64GetDatum(r->claimed_by);
+		elems[STATUS][i] = CStringGetTextDatum(r->next.status);
+		if (outcome)
+			elems[OUTCOME][i] = CStringGetTextDatum(outcome);
+		else
+			nulls[OUTCOME][i] = true;
+		elems[HTTP][i] = Int32GetDatum((int32) r->http_status);
+		nulls[HTTP][i] = (r->http_status == 0);
+		if (r->error && r->error[0])
+			elems[ERROR_][i] = CStringGetTextDatum(r->error);
+		else
+			nulls[ERROR_][i] = true;
+		elems[NEXT_AT][i] = TimestampTzGetDatum(r->next.next_at);
+		nulls[NEXT_AT][i] = !r->next.retry;
+		elems[SENT_AT][i] = TimestampTzGetDatum(r->sent_at);
+		nulls[SENT_AT][i] = (r->sent_at == 0);
+		elems[TRIES_DELTA][i] = Int32GetDatum(r->next.tries_delta);
+		elems[STARTED][i] = TimestampTzGetDatum(r->started_at);
+		elems[ENDED][i] = TimestampTzGetDatum(r->ended_at);
+	}
+	for (c = 0; c < NCOLS; c++)
+		values[c] = array_of(elems[c], nulls[c], n, elemtypes[c]);
+
+	run(PLAN_RECORD, values, NULL, false, SPI_OK_SELECT);
+	if (updated)
+		*updated = DatumGetInt32(col(0, 1, &isnull));
+}
+
+int
+notif_sql_orphans(const char *const *kinds, int n_kinds, const int64 *live, int n_live,
+				  MemoryContext cxt, NotifOrphanJob **out)
+{
+	Datum	   *kind_elems = palloc(sizeof(Datum) * Max(n_kinds, 1));
+	Datum	   *live_elems = palloc(sizeof(Datum) * Max(n_live, 1));
+	Datum		values[2];
+	NotifOrphanJob *jobs;
+	int			i;
+
+	for (i = 0; i < n_kinds; i++)
+		kind_elems[i] = CStringGetTextDatum(kinds[i]);
+	for (i = 0; i < n_live; i++)
+		live_elems[i] = Int64GetDatum(live[i]);
+	values[0] = array_of(live_elems, NULL, n_live, INT8OID);
+	values[1] = array_of(kind_elems, NULL, n_kinds, TEXTOID);
+
+	run(PLAN_ORPHANS, values, NULL, false, SPI_OK_SELECT);
+	jobs = MemoryContextAllocZero(cxt, sizeof(NotifOrphanJob) * Max(SPI_processed, 1));
+	for (i = 0; i < (int) SPI_processed; i++)
+	{
+		NotifOrphanJob *j = &jobs[i];
+		bool		isnull;
+
+		j->id = col_int(i, 1);
+		j->kind = col_text(i, 2, cxt);
+		j->status = col_text(i, 3, cxt);
+		j->tries = col_int(i, 4);
+		j->claimed_by = col_int(i, 5);
+		j->claimed_at = DatumGetTimestampTz(col(i, 6, &isnull));
+		if (isnull)
+			j->claimed_at = 0;
+		j->deadline_at = DatumGetTimestampTz(col(i, 7, &isnull));
+		if (isnull)
+			j->deadline_at = 0;
+	}
+	*out = jobs;
+	return (int) SPI_processed;
+}
+
+/* When the earliest queued job of a type is due; 0 if none is queued. */
+TimestampTz
+notif_sql_next_due(const char *kind)
+{
+	Datum		values[1] = {CStringGetTextDatum(kind)};
+	bool		isnull;
+	Datum		d;
+
+	run(PLAN_NEXT_DUE, values, NULL, true, SPI_OK_SELECT);
+	d = col(0, 1, &isnull);
+	return isnull ? 0 : DatumGetTimestampTz(d);
+}
+
+int
+notif_sql_lanes(MemoryContext cxt, char ***out)
+{
+	char	  **lanes;
+	int			i;
+
+	run(PLAN_LANES, NULL, NULL, true, SPI_OK_SELECT);
+	lanes = MemoryContextAlloc(cxt, sizeof(char *) * Max(SPI_processed, 1));
+	for (i = 0; i < (int) SPI_processed; i++)
+		lanes[i] = col_text(i, 1, cxt);
+	*out = lanes;
+	return (int) SPI_processed;
+}
+
+/* Delete one batch of expired finished jobs; returns how many. */
+int64
+notif_sql_purge(int batch_size)
+{
+	Datum		values[1] = {Int32GetDatum(batch_size)};
+	bool		isnull;
+
+	run(PLAN_PURGE, values, NULL, false, SPI_OK_SELECT);
+	return DatumGetInt64(col(0, 1, &isnull));
+}

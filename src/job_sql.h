@@ -1,0 +1,67 @@
+/*-------------------------------------------------------------------------
+ *
+ * job_sql.h
+ *      The SQL the background workers run, as prepared plans (job_sql.c).
+ *      Every function must be called inside a transaction, connected to SPI.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef NOTIF_JOB_SQL_H
+#define NOTIF_JOB_SQL_H
+
+#include "delivery.h"
+
+/* a job as a claim returns it */
+typedef struct NotifClaimedJob
+{
+	int64		id;
+	int64		user_id;
+	char	   *order_id;
+	Jsonb	   *payload;
+	char	   *status;			/* 'sent', 'sending' or 'expired' */
+	int			tries;
+	TimestampTz deadline_at;	/* 0: none */
+} NotifClaimedJob;
+
+/* a job held by a sender that is gone */
+typedef struct NotifOrphanJob
+{
+	int64		id;
+	char	   *kind;
+	char	   *status;
+	int			tries;
+	int64		claimed_by;
+	TimestampTz claimed_at;
+	TimestampTz deadline_at;
+} NotifOrphanJob;
+
+/* what to write about one finished (or abandoned) call */
+typedef struct NotifResult
+{
+	int64		job_id;
+	int			tries;			/* the job's tries as claimed (CAS) */
+	const char *expected_status;	/* as claimed (CAS) */
+	int64		claimed_by;		/* as claimed (CAS) */
+	NotifTransition next;
+	NotifOutcome outcome;
+	long		http_status;
+	const char *error;
+	TimestampTz sent_at;		/* 0: keep */
+	TimestampTz started_at;
+	TimestampTz ended_at;
+} NotifResult;
+
+extern bool notif_sql_prepare(void);
+extern Oid	notif_sql_namespace(void);
+extern int	notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out);
+extern int	notif_sql_claim(const char *kind, int limit, int64 incarnation,
+							MemoryContext cxt, NotifClaimedJob **out);
+extern void notif_sql_record(NotifResult *results, int n, int *updated);
+extern int	notif_sql_orphans(const char *const *kinds, int n_kinds,
+							  const int64 *live, int n_live,
+							  MemoryContext cxt, NotifOrphanJob **out);
+extern TimestampTz notif_sql_next_due(const char *kind);
+extern int	notif_sql_lanes(MemoryContext cxt, char ***out);
+extern int64 notif_sql_purge(int batch_size);
+
+#endif							/* NOTIF_JOB_SQL_H */

@@ -1,0 +1,365 @@
+/*-------------------------------------------------------------------------
+ *
+ * launcher.c
+ *      The launcher: one background worker, started by the postmaster, that
+ *      keeps one sender process per lane of the non-paused types running,
+ *      and deletes finished jobs past their retention.
+ *
+ * It waits on its latch, set when a change to notif_type or notif_provider
+ * commits (wake.c) and when a sender it started stops; and it looks once a
+ * second whether the extension was created or dropped (a catalog lookup, no
+ * query).  It starts a sender for a new lane, stops the sender of a lane
+ * that went away, and starts again a sender that stopped.  Senders are
+ * independent processes: an error in one lane never stops another.
+ *
+ * Until the extension exists in notif_deliver.database it waits quietly.
+ * Nothing runs on a standby: it starts when recovery has finished.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <signal.h>
+
+#include "access/xact.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "job_sql.h"
+#include "notif_deliver.h"
+
+#define LAUNCHER_NAPTIME_MS 1000
+
+/* the launcher's own view of each lane slot */
+typedef struct LaneWorker
+{
+	BackgroundWorkerHandle *handle; /* NULL: not started by this launcher */
+	TimestampTz started_at;
+} LaneWorker;
+
+static LaneWorker *workers;
+static char *last_error = NULL;
+
+/* what the last successful round saw */
+static uint64 seen_generation = 0;
+static Oid	seen_extension = InvalidOid;
+static bool seen_enabled = true;
+static TimestampTz next_purge = 0;
+
+void
+notif_register_launcher(void)
+{
+	BackgroundWorker worker = {0};
+
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 1;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "notif_deliver");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "notif_launcher_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "notif_deliver launcher");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "notif_deliver launcher");
+	RegisterBackgroundWorker(&worker);
+}
+
+static void
+launcher_detach(int code, Datum arg)
+{
+	SpinLockAcquire(&notif_shared->mutex);
+	notif_shared->launcher_pid = 0;
+	notif_shared->launcher_latch = NULL;
+	SpinLockRelease(&notif_shared->mutex);
+}
+
+/* Log an error once; the same error again is not repeated. */
+static void
+report_error_once(ErrorData *edata)
+{
+	if (last_error && strcmp(last_error, edata->message) == 0)
+		return;
+	ereport(LOG,
+			(errmsg("notif_deliver launcher: %s", edata->message),
+			 edata->detail ? errdetail_internal("%s", edata->detail) : 0,
+			 errcontext("managing the senders of database \"%s\"", notif_database)));
+	if (last_error)
+		pfree(last_error);
+	last_error = MemoryContextStrdup(TopMemoryContext, edata->message);
+}
+
+static bool
+start_sender(int slotno)
+{
+	BackgroundWorker worker = {0};
+	NotifLaneSlot *slot = &notif_shared->lanes[slotno];
+
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;	/* the launcher does it */
+	worker.bgw_main_arg = Int32GetDatum(slotno);
+	worker.bgw_notify_pid = MyProcPid;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "notif_deliver");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "notif_sender_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "notif_deliver sender %s", slot->lane);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "notif_deliver sender");
+
+	if (!RegisterDynamicBackgroundWorker(&worker, &workers[slotno].handle))
+	{
+		ereport(WARNING,
+				(errmsg("notif_deliver: could not start the sender of lane \"%s\"", slot->lane),
+				 errhint("Raise max_worker_processes: it counts one process per lane, plus the launcher.")));
+		workers[slotno].handle = NULL;
+		return false;
+	}
+	workers[slotno].started_at = GetCurrentTimestamp();
+	return true;
+}
+
+/* Is a sender running (or starting) for this slot? */
+static bool
+sender_alive(int slotno)
+{
+	pid_t		pid;
+
+	if (workers[slotno].handle)
+	{
+		BgwHandleStatus st = GetBackgroundWorkerPid(workers[slotno].handle, &pid);
+
+		if (st == BGWH_STARTED || st == BGWH_NOT_YET_STARTED)
+			return true;
+		pfree(workers[slotno].handle);
+		workers[slotno].handle = NULL;
+	}
+	/* a sender started by a previous launcher */
+	SpinLockAcquire(&notif_shared->mutex);
+	pid = notif_shared->lanes[slotno].pid;
+	SpinLockRelease(&notif_shared->mutex);
+	return pid != 0 && kill(pid, 0) == 0;
+}
+
+static void
+stop_sender(int slotno)
+{
+	pid_t		pid;
+
+	if (workers[slotno].handle)
+	{
+		TerminateBackgroundWorker(workers[slotno].handle);
+		return;
+	}
+	SpinLockAcquire(&notif_shared->mutex);
+	pid = notif_shared->lanes[slotno].pid;
+	SpinLockRelease(&notif_shared->mutex);
+	if (pid != 0)
+		kill(pid, SIGTERM);
+}
+
+/*
+ * Make the running senders match the wanted lanes.  A slot is freed only
+ * once its sender has stopped, so a lane never has two senders.
+ */
+static void
+reconcile(char **lanes, int n_lanes)
+{
+	int			i,
+				j;
+
+	for (i = 0; i < notif_max_lanes; i++)
+	{
+		NotifLaneSlot *slot = &notif_shared->lanes[i];
+		bool		wanted = false;
+
+		if (!slot->in_use)
+			continue;
+		for (j = 0; j < n_lanes; j++)
+			if (lanes[j] && strcmp(lanes[j], slot->lane) == 0)
+			{
+				wanted = true;
+				lanes[j] = NULL;	/* served */
+				break;
+			}
+		if (wanted)
+		{
+			if (!sender_alive(i))
+				start_sender(i);
+		}
+		else if (sender_alive(i))
+			stop_sender(i);
+		else
+		{
+			ereport(LOG, (errmsg("notif_deliver: lane \"%s\" stopped", slot->lane)));
+			SpinLockAcquire(&notif_shared->mutex);
+			slot->in_use = false;
+			SpinLockRelease(&notif_shared->mutex);
+		}
+	}
+
+	for (j = 0; j < n_lanes; j++)
+	{
+		if (lanes[j] == NULL)
+			continue;
+		for (i = 0; i < notif_max_lanes; i++)
+			if (!notif_shared->lanes[i].in_use)
+				break;
+		if (i == notif_max_lanes)
+		{
+			ereport(WARNING,
+					(errmsg("notif_deliver: lane \"%s\" has no sender: more than %d lanes",
+							lanes[j], notif_max_lanes),
+					 errhint("Raise notif_deliver.max_lanes (and max_worker_processes).")));
+			continue;
+		}
+		SpinLockAcquire(&notif_shared->mutex);
+		notif_shared->lanes[i].in_use = true;
+		strlcpy(notif_shared->lanes[i].lane, lanes[j], NOTIF_NAME_MAXLEN);
+		pg_atomic_write_u32(&notif_shared->lanes[i].inflight, 0);
+		pg_atomic_write_u64(&notif_shared->lanes[i].sent, 0);
+		SpinLockRelease(&notif_shared->mutex);
+		ereport(LOG, (errmsg("notif_deliver: starting the sender of lane \"%s\"", lanes[j])));
+		start_sender(i);
+	}
+}
+
+/* Read the wanted lanes and reconcile; delete a purge batch when due. */
+static void
+launcher_round(MemoryContext round_cxt, bool purge)
+{
+	char	  **lanes = NULL;
+	int			n_lanes = 0;
+	int64		purged = 0;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "reading lanes");
+
+	if (notif_enabled && notif_sql_prepare())
+	{
+		n_lanes = notif_sql_lanes(round_cxt, &lanes);
+		if (purge)
+		{
+			pgstat_report_activity(STATE_RUNNING, "purging finished jobs");
+			purged = notif_sql_purge(notif_purge_batch_size);
+		}
+	}
+
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+
+	reconcile(lanes, n_lanes);
+	if (purged > 0)
+		elog(DEBUG1, "notif_deliver: purged " INT64_FORMAT " finished jobs", purged);
+	if (purged >= notif_purge_batch_size)
+		SetLatch(MyLatch);		/* more to purge: go on at once */
+}
+
+void
+notif_launcher_main(Datum arg)
+{
+	MemoryContext round_cxt;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	BackgroundWorkerUnblockSignals();
+
+	notif_shmem_attach();
+	BackgroundWorkerInitializeConnection(notif_database, NULL, 0);
+	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_OVERRIDE);
+	pgstat_report_appname("notif_deliver launcher");
+
+	SpinLockAcquire(&notif_shared->mutex);
+	notif_shared->launcher_pid = MyProcPid;
+	notif_shared->launcher_latch = MyLatch;
+	SpinLockRelease(&notif_shared->mutex);
+	before_shmem_exit(launcher_detach, (Datum) 0);
+
+	workers = MemoryContextAllocZero(TopMemoryContext, sizeof(LaneWorker) * notif_max_lanes);
+	round_cxt = AllocSetContextCreate(TopMemoryContext, "notif_deliver launcher round",
+									  ALLOCSET_DEFAULT_SIZES);
+
+	ereport(LOG, (errmsg("notif_deliver launcher started for database \"%s\"", notif_database)));
+
+	while (!ShutdownRequestPending)
+	{
+		uint64		generation;
+		Oid			extension;
+		bool		senders_ok = true;
+		bool		purge = false;
+		int			i;
+
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		/* is there anything to do?  (no query unless something changed) */
+		generation = pg_atomic_read_u64(&notif_shared->config_generation);
+		StartTransactionCommand();
+		extension = get_extension_oid(NOTIF_EXTENSION_NAME, true);
+		CommitTransactionCommand();
+		for (i = 0; i < notif_max_lanes; i++)
+			if (notif_shared->lanes[i].in_use && !sender_alive(i))
+				senders_ok = false;
+		if (OidIsValid(extension) && notif_enabled && GetCurrentTimestamp() >= next_purge)
+		{
+			purge = true;
+			next_purge = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), notif_purge_interval_ms);
+		}
+
+		if (generation != seen_generation || extension != seen_extension ||
+			notif_enabled != seen_enabled || !senders_ok || purge)
+		{
+			PG_TRY();
+			{
+				launcher_round(round_cxt, purge);
+				seen_generation = generation;
+				seen_extension = extension;
+				seen_enabled = notif_enabled;
+				if (last_error)
+				{
+					pfree(last_error);
+					last_error = NULL;
+				}
+			}
+			PG_CATCH();
+			{
+				ErrorData  *edata;
+
+				MemoryContextSwitchTo(round_cxt);
+				edata = CopyErrorData();
+				FlushErrorState();
+				AbortCurrentTransaction();
+				report_error_once(edata);
+				pgstat_report_activity(STATE_IDLE, NULL);
+			}
+			PG_END_TRY();
+			MemoryContextReset(round_cxt);
+		}
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 LAUNCHER_NAPTIME_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	/*
+	 * Stopped on purpose (server shutdown, or pg_terminate_backend).  The
+	 * senders go on serving their lanes; exit code 1 makes the postmaster
+	 * start a new launcher (unless the server is shutting down), which
+	 * adopts them.
+	 */
+	proc_exit(1);
+}

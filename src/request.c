@@ -1,0 +1,163 @@
+/*-------------------------------------------------------------------------
+ *
+ * request.c
+ *      The provider request builder: turns a job's payload into the URL,
+ *      body and headers of one HTTP call, by the provider's format.
+ *
+ *   json   POST, the payload as a JSON document (application/json)
+ *   form   POST, its top-level keys as application/x-www-form-urlencoded
+ *   query  GET, its top-level keys as URL query parameters
+ *
+ * The bytes depend on the stored payload only, so every attempt of a job
+ * sends the same body.  Top-level string values travel as they are; other
+ * values as their JSON text; null as an empty value.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/numeric.h"
+
+#include "delivery.h"
+
+/* percent-encode everything but RFC 3986 unreserved characters */
+static void
+append_urlencoded(StringInfo buf, const char *s, size_t len)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t		i;
+
+	for (i = 0; i < len; i++)
+	{
+		unsigned char c = (unsigned char) s[i];
+
+		if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+			(c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' || c == '~')
+			appendStringInfoChar(buf, (char) c);
+		else
+		{
+			appendStringInfoChar(buf, '%');
+			appendStringInfoChar(buf, hex[c >> 4]);
+			appendStringInfoChar(buf, hex[c & 15]);
+		}
+	}
+}
+
+/* a top-level value as the text it travels as */
+static void
+append_value(StringInfo buf, JsonbValue *v)
+{
+	switch (v->type)
+	{
+		case jbvString:
+			append_urlencoded(buf, v->val.string.val, v->val.string.len);
+			break;
+		case jbvNumeric:
+			{
+				char	   *s = DatumGetCString(DirectFunctionCall1(numeric_out,
+																	NumericGetDatum(v->val.numeric)));
+
+				append_urlencoded(buf, s, strlen(s));
+				break;
+			}
+		case jbvBool:
+			appendStringInfoString(buf, v->val.boolean ? "true" : "false");
+			break;
+		case jbvNull:
+			break;
+		case jbvBinary:
+			{
+				char	   *s = JsonbToCString(NULL, v->val.binary.data, v->val.binary.len);
+
+				append_urlencoded(buf, s, strlen(s));
+				break;
+			}
+		default:
+			elog(ERROR, "unexpected jsonb value type %d", (int) v->type);
+	}
+}
+
+/* k1=v1&k2=v2 from the payload's top-level keys */
+static void
+append_pairs(StringInfo buf, Jsonb *payload)
+{
+	JsonbIterator *it = JsonbIteratorInit(&payload->root);
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	bool		first = true;
+
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (tok == WJB_KEY)
+		{
+			if (!first)
+				appendStringInfoChar(buf, '&');
+			first = false;
+			append_urlencoded(buf, v.val.string.val, v.val.string.len);
+			appendStringInfoChar(buf, '=');
+		}
+		else if (tok == WJB_VALUE)
+			append_value(buf, &v);
+	}
+}
+
+/*
+ * Fill call->url, body and headers.  Allocates in the current memory
+ * context (the call's) and, for the header list, with malloc (libcurl's).
+ */
+void
+notif_build_request(NotifCall *call, const NotifProviderConf *provider,
+					const char *key, Jsonb *payload)
+{
+	StringInfoData buf;
+	struct curl_slist *h = NULL;
+	struct curl_slist *s;
+
+	initStringInfo(&buf);
+	switch (provider->format)
+	{
+		case FORMAT_JSON:
+			call->url = pstrdup(provider->url);
+			call->body = JsonbToCString(NULL, &payload->root, VARSIZE(payload));
+			call->body_len = strlen(call->body);
+			h = curl_slist_append(h, "Content-Type: application/json");
+			break;
+		case FORMAT_FORM:
+			call->url = pstrdup(provider->url);
+			append_pairs(&buf, payload);
+			call->body = buf.data;
+			call->body_len = buf.len;
+			h = curl_slist_append(h, "Content-Type: application/x-www-form-urlencoded");
+			break;
+		case FORMAT_QUERY:
+			appendStringInfoString(&buf, provider->url);
+			if (JB_ROOT_COUNT(payload) > 0)
+				appendStringInfoChar(&buf, strchr(provider->url, '?') ? '&' : '?');
+			append_pairs(&buf, payload);
+			call->url = buf.data;
+			call->body = NULL;
+			call->body_len = 0;
+			break;
+	}
+
+	/* no "Expect: 100-continue" round trip */
+	h = curl_slist_append(h, "Expect:");
+	for (s = provider->headers; s; s = s->next)
+		h = curl_slist_append(h, s->data);
+	if (provider->idempotency_header)
+		h = curl_slist_append(h, psprintf("%s: %s", provider->idempotency_header, key));
+	if (h == NULL)
+		elog(ERROR, "out of memory building request headers");
+	call->headers = h;
+}
+
+void
+notif_free_request(NotifCall *call)
+{
+	if (call->headers)
+		curl_slist_free_all(call->headers);
+	call->headers = NULL;
+}

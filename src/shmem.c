@@ -1,0 +1,163 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.c
+ *      The shared memory of notif_deliver: one slot per lane (which sender
+ *      serves it, its latch, its in-flight count), one slot per provider
+ *      (in-flight calls and the rate-limit bucket, shared by all lanes), the
+ *      launcher's latch and a configuration generation counter.
+ *
+ * Exists only when the library is in shared_preload_libraries; everything
+ * here is a no-op otherwise (enqueue still works, nothing is sent).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/timestamp.h"
+
+#include "notif_deliver.h"
+
+NotifShared *notif_shared = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static Size
+notif_shmem_size(void)
+{
+	return add_size(offsetof(NotifShared, lanes),
+					mul_size(notif_max_lanes, sizeof(NotifLaneSlot)));
+}
+
+static void
+shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(notif_shmem_size());
+}
+
+static void
+shmem_startup(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	notif_shmem_attach();
+}
+
+/* Called from _PG_init when preloading. */
+void
+notif_shmem_request(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = shmem_startup;
+}
+
+/*
+ * Create or attach to the shared state.  Created at postmaster start and at
+ * every crash restart: the incarnation counter then starts from the clock,
+ * above every incarnation recorded in notif_job before the crash.
+ */
+void
+notif_shmem_attach(void)
+{
+	bool		found;
+	int			i;
+
+	if (notif_shared)
+		return;
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	notif_shared = ShmemInitStruct("notif_deliver", notif_shmem_size(), &found);
+	if (!found)
+	{
+		memset(notif_shared, 0, notif_shmem_size());
+		SpinLockInit(&notif_shared->mutex);
+		pg_atomic_init_u64(&notif_shared->config_generation, 1);
+		notif_shared->next_incarnation = GetCurrentTimestamp();
+		for (i = 0; i < notif_max_lanes; i++)
+		{
+			pg_atomic_init_u32(&notif_shared->lanes[i].inflight, 0);
+			pg_atomic_init_u64(&notif_shared->lanes[i].sent, 0);
+		}
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* A number no sender has had since the cluster was initialised. */
+int64
+notif_new_incarnation(void)
+{
+	int64		result;
+
+	SpinLockAcquire(&notif_shared->mutex);
+	result = ++notif_shared->next_incarnation;
+	SpinLockRelease(&notif_shared->mutex);
+	return result;
+}
+
+/* Set the latch of the sender of a lane, if one runs. */
+void
+notif_wake_lane(const char *lane)
+{
+	Latch	   *latch = NULL;
+	int			i;
+
+	if (notif_shared == NULL)
+		return;
+	SpinLockAcquire(&notif_shared->mutex);
+	for (i = 0; i < notif_max_lanes; i++)
+	{
+		NotifLaneSlot *slot = &notif_shared->lanes[i];
+
+		if (slot->in_use && strcmp(slot->lane, lane) == 0)
+		{
+			latch = slot->latch;
+			break;
+		}
+	}
+	SpinLockRelease(&notif_shared->mutex);
+	if (latch)
+		SetLatch(latch);
+}
+
+/* Wake the launcher and every sender. */
+void
+notif_wake_all(void)
+{
+	Latch	   *latches[1 + 256];
+	int			n = 0;
+	int			i;
+
+	if (notif_shared == NULL)
+		return;
+	SpinLockAcquire(&notif_shared->mutex);
+	if (notif_shared->launcher_latch)
+		latches[n++] = notif_shared->launcher_latch;
+	for (i = 0; i < notif_max_lanes && n < (int) lengthof(latches); i++)
+		if (notif_shared->lanes[i].in_use && notif_shared->lanes[i].latch)
+			latches[n++] = notif_shared->lanes[i].latch;
+	SpinLockRelease(&notif_shared->mutex);
+	for (i = 0; i < n; i++)
+		SetLatch(latches[i]);
+}
+
+/* The incarnations of the senders running now; returns how many. */
+int
+notif_live_incarnations(int64 *out, int max)
+{
+	int			n = 0;
+	int			i;
+
+	SpinLockAcquire(&notif_shared->mutex);
+	for (i = 0; i < notif_max_lanes && n < max; i++)
+		if (notif_shared->lanes[i].in_use && notif_shared->lanes[i].incarnation != 0)
+			out[n++] = notif_shared->lanes[i].incarnation;
+	SpinLockRelease(&notif_shared->mutex);
+	return n;
+}
