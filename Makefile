@@ -37,6 +37,12 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# the provider simulator the TAP tests, benchmarks and demo talk to
+SIM = test/sim/provider_sim
+$(SIM): test/sim/provider_sim.c
+	$(MAKE) -C test/sim
+installcheck: $(SIM)
+
 .PHONY: test demo bench
 test:
 	bash test/run

@@ -1,0 +1,149 @@
+# NotifTest.pm: what the TAP tests of notif_deliver share.  A node with the
+# extension preloaded and created, the provider simulator
+# (test/sim/provider_sim) on a free loopback port, its ledger, and waits.
+package NotifTest;
+
+use strict;
+use warnings;
+use Exporter 'import';
+use IO::Socket::INET;
+use Time::HiRes qw(usleep time);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+our @EXPORT = qw(new_node start_sim sim_get ledger ledger_key stats wait_until
+  job_row set_provider);
+
+# A started node with notif_deliver preloaded and created in "postgres".
+sub new_node
+{
+	my ($name, %conf) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	my %settings = (
+		shared_preload_libraries => "'notif_deliver'",
+		'notif_deliver.database' => "'postgres'",
+		'notif_deliver.poll_interval' => "'1s'",
+		restart_after_crash => 'on',
+		log_min_messages => 'log',
+		%conf);
+	$node->append_conf('postgresql.conf',
+		join("\n", map { "$_ = $settings{$_}" } sort keys %settings) . "\n");
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION notif_deliver');
+	return $node;
+}
+
+# The simulator, started on a free port; returns { port, pid, url }.
+sub start_sim
+{
+	my (@args) = @_;
+	my $bin = 'test/sim/provider_sim';
+	die "$bin not built (make -C test/sim)" unless -x $bin;
+	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	my $log = "$PostgreSQL::Test::Utils::tmp_check/sim_$port.log";
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		open(STDOUT, '>', $log);
+		open(STDERR, '>&', \*STDOUT);
+		exec($bin, '--port', $port, @args) or die "exec $bin: $!";
+	}
+	my $sim = { port => $port, pid => $pid, url => "http://127.0.0.1:$port/send" };
+	for (1 .. 100)
+	{
+		my $r = eval { sim_get($sim, '/health') };
+		return $sim if defined $r && $r =~ /ok/;
+		usleep(50_000);
+	}
+	die "provider_sim did not start on port $port";
+}
+
+sub stop_sim
+{
+	my ($sim) = @_;
+	kill 'KILL', $sim->{pid};
+	waitpid($sim->{pid}, 0);
+}
+
+# GET a control endpoint of the simulator; returns the body.
+sub sim_get
+{
+	my ($sim, $path) = @_;
+	my $s = IO::Socket::INET->new(
+		PeerAddr => '127.0.0.1',
+		PeerPort => $sim->{port},
+		Proto => 'tcp',
+		Timeout => 5) or die "connect to simulator: $!";
+	print $s "GET $path HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+	local $/;
+	my $resp = <$s>;
+	close $s;
+	die "no answer from simulator for $path" unless defined $resp;
+	my ($head, $body) = split /\r\n\r\n/, $resp, 2;
+	return $body;
+}
+
+# { key => { received, delivered, bodies } }
+sub ledger
+{
+	my ($sim) = @_;
+	my %l;
+	for my $line (split /\n/, sim_get($sim, '/ledger'))
+	{
+		my ($key, $received, $delivered, $bodies) = split / /, $line;
+		next unless defined $bodies;
+		$l{$key} = { received => $received, delivered => $delivered, bodies => $bodies };
+	}
+	return \%l;
+}
+
+# "received delivered bodies" of one key, or "0 0 0"
+sub ledger_key
+{
+	my ($sim, $key) = @_;
+	my $e = ledger($sim)->{$key};
+	return $e ? "$e->{received} $e->{delivered} $e->{bodies}" : '0 0 0';
+}
+
+sub stats
+{
+	my ($sim) = @_;
+	my %s = map { split / /, $_, 2 } split /\n/, sim_get($sim, '/stats');
+	return \%s;
+}
+
+# Poll a query until it returns the expected value (default 30 s).
+sub wait_until
+{
+	my ($node, $sql, $expected, $what) = @_;
+	$expected = 't' unless defined $expected;
+	my $ok = $node->poll_query_until('postgres', $sql, $expected);
+	diag("timed out waiting for: " . ($what // $sql)) unless $ok;
+	return $ok;
+}
+
+# "status outcome tries http_status" of a job
+sub job_row
+{
+	my ($node, $id) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT status || ' ' || coalesce(outcome, '-') || ' ' || tries || ' ' || coalesce(http_status::text, '-') FROM notif_job WHERE id = $id"
+	);
+}
+
+# Point a provider row (created if missing) at a URL, with extra settings.
+sub set_provider
+{
+	my ($node, $name, $url, %cols) = @_;
+	my @sets = map { "$_ = $cols{$_}" } sort keys %cols;
+	$node->safe_psql('postgres',
+		"INSERT INTO notif_provider (name) VALUES ('$name') ON CONFLICT DO NOTHING;"
+		  . "UPDATE notif_provider SET url = '$url'"
+		  . join('', map { ", $_" } @sets)
+		  . " WHERE name = '$name'");
+}
+
+1;

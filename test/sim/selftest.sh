@@ -1,0 +1,506 @@
+#!/usr/bin/env bash
+#
+# selftest.sh: end-to-end self-test of provider_sim (provider_sim.c here).
+#
+# Starts the simulator on a free loopback port, exercises every feature
+# with the curl command line tool (and bash's /dev/tcp where raw HTTP is
+# needed: split heads, pipelining, malformed requests), and checks the
+# answers, the ledger and the stats.  Exits non-zero on any failure; the
+# last line printed is "N passed, M failed".
+#
+# Environment:
+#   SIM          the binary (default: provider_sim next to this script,
+#                built with make when missing)
+#   SIM_WRAPPER  a command to run it under, e.g.
+#                "valgrind --leak-check=full --error-exitcode=99"
+#                (a non-zero exit of the simulator then fails the test)
+#
+set -u
+export LC_ALL=C
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SIM=${SIM:-$HERE/provider_sim}
+SIM_WRAPPER=${SIM_WRAPPER:-}
+TMP=$(mktemp -d)
+PASSED=0
+FAILED=0
+SIM_PID=
+PORT=
+BASE=
+
+if [ ! -x "$SIM" ]; then
+	make -s -C "$HERE" OUT="$SIM" >&2 || { echo "cannot build $SIM" >&2; exit 1; }
+fi
+command -v curl >/dev/null || { echo "curl is needed" >&2; exit 1; }
+
+cleanup()
+{
+	[ -n "$SIM_PID" ] && kill -KILL "$SIM_PID" 2>/dev/null
+	jobs -p | xargs -r kill 2>/dev/null
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# ---------------------------------------------------------------- helpers
+
+pass() { PASSED=$((PASSED + 1)); echo "ok - $1"; }
+fail() { FAILED=$((FAILED + 1)); echo "not ok - $1"; }
+
+# is GOT EXPECTED NAME
+is()
+{
+	if [ "$1" = "$2" ]; then
+		pass "$3"
+	else
+		fail "$3"
+		printf '#   got:      %s\n#   expected: %s\n' "$1" "$2"
+	fi
+}
+
+# like GOT EXTENDED_REGEX NAME
+like()
+{
+	if printf '%s' "$1" | grep -Eq -- "$2"; then
+		pass "$3"
+	else
+		fail "$3"
+		printf '#   got:      %s\n#   expected: /%s/\n' "$1" "$2"
+	fi
+}
+
+# ok COMMAND... : passes when the command succeeds; name in $OK_NAME
+ok() { if "$@"; then pass "$OK_NAME"; else fail "$OK_NAME"; fi; }
+
+# start_sim ARGS...: start on a free port, wait for /health
+start_sim()
+{
+	local log=$TMP/sim.$RANDOM.log i
+	$SIM_WRAPPER "$SIM" --port 0 "$@" 2>"$log" &
+	SIM_PID=$!
+	SIM_LOG=$log
+	for i in $(seq 1 300); do
+		PORT=$(sed -n 's/^provider_sim listening on 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$log")
+		if [ -n "$PORT" ] && [ "$(curl -s -m 2 "http://127.0.0.1:$PORT/health")" = ok ]; then
+			BASE=http://127.0.0.1:$PORT
+			return 0
+		fi
+		sleep 0.1
+	done
+	echo "# simulator did not start:" >&2
+	cat "$log" >&2
+	exit 1
+}
+
+# stop_sim: SIGTERM, wait; the exit code is left in STOP_RC
+stop_sim()
+{
+	kill -TERM "$SIM_PID"
+	wait "$SIM_PID"
+	STOP_RC=$?
+	SIM_PID=
+}
+
+stat() { curl -s "$BASE/stats" | awk -v k="$1" '$1 == k { print $2 }'; }
+
+# ledger KEY: "received delivered distinct_bodies" of a key
+ledger() { curl -s "$BASE/ledger" | awk -v k="$1" '$1 == k { print $2, $3, $4 }'; }
+
+# wait_stat NAME VALUE: poll /stats until NAME is VALUE (10 s at most)
+wait_stat()
+{
+	local i
+	for i in $(seq 1 100); do
+		[ "$(stat "$1")" = "$2" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# code ARGS...: POST to /send, print the status code (000: no answer)
+code() { curl -s -o /dev/null -w '%{http_code}' "$@" "$BASE/send"; }
+
+# curl_rc ARGS...: POST to /send, print curl's exit code
+curl_rc() { curl -s -o /dev/null "$@" "$BASE/send"; echo $?; }
+
+# 64-bit FNV-1a of a string, as 16 hex digits
+fnv1a()
+{
+	local s=$1 h=$((0xcbf29ce484222325)) i c
+	for ((i = 0; i < ${#s}; i++)); do
+		printf -v c '%d' "'${s:i:1}"
+		h=$(((h ^ c) * 0x100000001b3))
+	done
+	printf '%016x' "$h"
+}
+
+# raw PART...: send the parts over one connection (0.2 s apart, printf %b
+# escapes), print everything answered until the server closes (5 s at most)
+raw()
+{
+	local part
+	exec 3<>"/dev/tcp/127.0.0.1/$PORT" || return 1
+	for part in "$@"; do
+		printf '%b' "$part" >&3
+		sleep 0.2
+	done
+	timeout 5 cat <&3 | tr -d '\r'
+	exec 3<&- 3>&-
+}
+
+# seconds, as a float, that a curl call took
+elapsed() { curl -s -o /dev/null -w '%{time_total}' "$@"; }
+
+# float comparison: fge A B (A >= B), flt A B (A < B)
+fge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
+flt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
+
+accepted() { printf '{"status":"accepted","key":"%s"}' "$1"; }
+
+# ---------------------------------------------------------------- basics
+
+start_sim
+echo "# simulator on port $PORT"
+
+is "$(curl -s "$BASE/health")" "ok" "GET /health answers ok"
+is "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/health")" 200 "GET /health is 200"
+
+resp=$(curl -s -D "$TMP/h" -H 'Idempotency-Key: t-1' --data-binary 'hello' "$BASE/send")
+is "$resp" "$(accepted t-1)" "POST answered with the accepted JSON"
+like "$(tr -d '\r' <"$TMP/h")" '^Content-Length: 33$' "answer has Content-Length"
+like "$(tr -d '\r' <"$TMP/h")" '^Content-Type: application/json$' "answer is JSON"
+is "$(ledger t-1)" "1 1 1" "ledger: received, delivered, one body"
+
+line=$(curl -s "$BASE/ledger" | awk '$1 == "t-1"')
+first=$(echo "$line" | awk '{ print $5 }')
+last=$(echo "$line" | awk '{ print $6 }')
+now=$(date +%s%6N)
+is "$(echo "$line" | awk '{ print NF }')" 6 "ledger line has 6 fields"
+OK_NAME="first_us is the wall clock in microseconds"
+ok test $((now - first)) -ge 0 -a $((now - first)) -lt 60000000
+is "$first" "$last" "first_us = last_us after one request"
+
+code -H 'Idempotency-Key: t-1' --data-binary 'hello' >/dev/null
+line=$(curl -s "$BASE/ledger" | awk '$1 == "t-1"')
+is "$(echo "$line" | awk '{ print $2, $3, $4 }')" "2 2 1" "same key and body again: delivered twice, one body"
+OK_NAME="last_us moves on"
+ok test "$(echo "$line" | awk '{ print $6 }')" -gt "$first"
+is "$(echo "$line" | awk '{ print $5 }')" "$first" "first_us stays"
+
+code -H 'Idempotency-Key: t-1' --data-binary 'hello!' >/dev/null
+is "$(ledger t-1)" "3 3 2" "another body under the key counts a distinct body"
+
+code -H 'idempotency-key: t-case' --data-binary 'x' >/dev/null
+is "$(ledger t-case)" "1 1 1" "key header matched case-insensitively"
+
+code -H 'Idempotency-Key: a b	c' --data-binary 'x' >/dev/null
+is "$(ledger 'a%20b%09c')" "1 1 1" "blanks in a key are written as %XX"
+
+body='{"to":"+15550100","text":"hi"}'
+resp=$(curl -s --data-binary "$body" "$BASE/send")
+key="body:$(fnv1a "$body")"
+is "$resp" "$(accepted "$key")" "no key header: key is body: and the FNV-1a of the body"
+is "$(ledger "$key")" "1 1 1" "body-keyed request in the ledger"
+
+resp=$(curl -s "$BASE/send?to=1&msg=hi")
+key="body:$(fnv1a 'to=1&msg=hi')"
+is "$resp" "$(accepted "$key")" "GET without key: key from the query string"
+code -G -H 'Idempotency-Key: g-1' --data-urlencode 'a=1' >/dev/null
+code -G -H 'Idempotency-Key: g-1' --data-urlencode 'a=1' >/dev/null
+code -G -H 'Idempotency-Key: g-1' --data-urlencode 'a=2' >/dev/null
+is "$(ledger g-1)" "3 3 2" "GET: distinct bodies are distinct query strings"
+
+# chunked bodies hash like the same bytes sent with Content-Length
+printf 'chunky body' >"$TMP/small"
+code -H 'Idempotency-Key: c-1' --data-binary @"$TMP/small" >/dev/null
+st=$(code -H 'Idempotency-Key: c-1' -H 'Transfer-Encoding: chunked' --data-binary @"$TMP/small")
+is "$st" 200 "chunked POST answered 200"
+is "$(ledger c-1)" "2 2 1" "chunked body hashes like the same bytes with Content-Length"
+resp=$(curl -s -H 'Transfer-Encoding: chunked' --data-binary @"$TMP/small" "$BASE/send")
+is "$resp" "$(accepted "body:$(fnv1a 'chunky body')")" "chunked body without key: key from the decoded body"
+out=$(raw 'POST /send HTTP/1.1\r\nHost: x\r\nIdempotency-Key: c-2\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n4;ext=1\r\nchun\r\n' \
+	'7\r\nky body\r\n0\r\nX-Trailer: 1\r\n\r\n')
+like "$out" '"key":"c-2"' "hand-made chunks with extension and trailer, split across writes"
+is "$(ledger c-2)" "1 1 1" "... recorded"
+code -H 'Idempotency-Key: c-2' --data-binary @"$TMP/small" >/dev/null
+is "$(ledger c-2)" "2 2 1" "... with the same body hash as the plain bytes"
+
+# bodies of a megabyte and more, both framings
+head -c 1500000 /dev/urandom >"$TMP/big"
+is "$(code -H 'Idempotency-Key: big' --data-binary @"$TMP/big")" 200 "1.5 MB body with Content-Length"
+is "$(code -H 'Idempotency-Key: big' -H 'Transfer-Encoding: chunked' --data-binary @"$TMP/big")" 200 "1.5 MB chunked body"
+is "$(ledger big)" "2 2 1" "both big bodies hash the same"
+
+# Expect: 100-continue (curl would wait a second without the 100)
+curl -s -v -o /dev/null -H 'Idempotency-Key: e-1' -H 'Expect: 100-continue' \
+	--data-binary @"$TMP/small" "$BASE/send" 2>"$TMP/v"
+like "$(tr -d '\r' <"$TMP/v")" '< HTTP/1.1 100 Continue' "Expect: 100-continue gets 100 Continue"
+like "$(tr -d '\r' <"$TMP/v")" '< HTTP/1.1 200 OK' "... then the answer"
+t=$(elapsed -H 'Idempotency-Key: e-1' -H 'Expect: 100-continue' --data-binary @"$TMP/big" "$BASE/send")
+OK_NAME="... without curl's one second wait ($t s)"
+ok flt "$t" 0.9
+is "$(ledger e-1)" "2 2 2" "100-continue requests recorded"
+
+# keep-alive: curl reuses one connection for two URLs
+out=$(curl -s -o /dev/null -o /dev/null -w '%{num_connects} ' -H 'Idempotency-Key: ka' \
+	--data-binary 'x' "$BASE/send" "$BASE/send")
+is "$out" "1 0 " "keep-alive: the second request reuses the connection"
+is "$(ledger ka)" "2 2 1" "... both recorded"
+
+curl -s -o /dev/null -D "$TMP/h" -H 'Connection: close' -H 'Idempotency-Key: cc' --data-binary 'x' "$BASE/send"
+like "$(tr -d '\r' <"$TMP/h")" '^Connection: close$' "Connection: close is answered with Connection: close"
+out=$(raw 'GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
+like "$out" '^ok$' "... and the server closes the connection"
+out=$(raw 'GET /send?h10 HTTP/1.0\r\nIdempotency-Key: h10\r\n\r\n')
+like "$out" '^HTTP/1.1 200 OK' "HTTP/1.0 request answered, then closed"
+
+# HEAD: headers only, connection still usable
+out=$(curl -s -I -H 'Idempotency-Key: hd' "$BASE/send" | tr -d '\r')
+like "$out" '^Content-Length: 32$' "HEAD answered with Content-Length"
+out=$(raw 'HEAD /send HTTP/1.1\r\nHost: x\r\nIdempotency-Key: hd\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
+like "$(echo "$out" | tail -1)" '^ok$' "HEAD answer has no body: the next answer is intact"
+
+# a head that arrives in pieces
+out=$(raw 'POST /send HTTP/1.1\r\nHo' 'st: x\r\nIdempotency-Key: sp' 'lit-1\r\nContent-Length: 5\r\nConnection: close\r' '\n\r\nhel' 'lo')
+like "$out" '"key":"split-1"' "head and body split across many writes"
+is "$(ledger split-1)" "1 1 1" "... recorded once"
+
+# pipelining: two requests in one write, answered in order
+out=$(raw 'POST /send HTTP/1.1\r\nHost: x\r\nIdempotency-Key: p-1\r\nContent-Length: 1\r\n\r\naPOST /send HTTP/1.1\r\nHost: x\r\nIdempotency-Key: p-2\r\nX-Sim-Latency-Ms: 100\r\nContent-Length: 1\r\n\r\nbGET /health HTTP/1.1\r\nConnection: close\r\n\r\n')
+is "$(echo "$out" | grep -o '"key":"p-[12]"' | tr '\n' ' ')" '"key":"p-1" "key":"p-2" ' "pipelined requests answered in order"
+like "$(echo "$out" | tail -1)" '^ok$' "... and the third after the delayed second"
+
+# malformed requests: 400, not counted
+m0=$(stat malformed)
+r0=$(stat requests)
+like "$(raw 'GARBAGE\r\n\r\n')" '^HTTP/1.1 400 ' "malformed request line: 400"
+like "$(raw 'POST /send HTTP/1.1\r\nContent-Length: abc\r\n\r\n')" '^HTTP/1.1 400 ' "bad Content-Length: 400"
+like "$(raw 'POST /send HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n')" '^HTTP/1.1 400 ' "Content-Length with chunked: 400"
+like "$(raw 'POST /send HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n')" '^HTTP/1.1 400 ' "bad chunk size: 400"
+like "$(raw 'GET /send HTTP/1.1\r\nX-Sim-Fault: explode\r\n\r\n')" '^HTTP/1.1 400 ' "unknown X-Sim-Fault: 400"
+like "$(raw 'GET /send HTTP/1.1\r\nbad header\r\n\r\n')" '^HTTP/1.1 400 ' "header without colon: 400"
+like "$(raw 'POST /send HTTP/1.1\r\nContent-Length: 999999999999\r\n\r\n')" '^HTTP/1.1 413 ' "huge Content-Length: 413"
+is "$(stat malformed)" $((m0 + 7)) "malformed requests counted as malformed"
+is "$(stat requests)" "$r0" "... and not as requests"
+is "$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$BASE/ledger")" 405 "wrong method on a control endpoint: 405"
+
+# ---------------------------------------------------------------- faults by header
+
+is "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$BASE/reset")" 200 "POST /reset"
+is "$(curl -s "$BASE/ledger")" "" "... empties the ledger"
+is "$(stat keys)" 0 "... and the key count"
+
+for s in 400 408 429 500 502 503 504; do
+	is "$(code -H "Idempotency-Key: f-$s" -H "X-Sim-Fault: $s" --data-binary x)" "$s" "X-Sim-Fault: $s answers $s"
+	is "$(ledger "f-$s")" "1 0 1" "... not delivered"
+done
+is "$(code -H 'Idempotency-Key: f-ok' -H 'X-Sim-Fault: ok' --data-binary x)" 200 "X-Sim-Fault: ok"
+is "$(ledger f-ok)" "1 1 1" "... delivered"
+is "$(code -H 'Idempotency-Key: f-502d' -H 'X-Sim-Fault: 502' -H 'X-Sim-Deliver: 1' --data-binary x)" 502 "502 with X-Sim-Deliver: 1"
+is "$(ledger f-502d)" "1 1 1" "... delivered"
+is "$(stat status_4xx) $(stat status_429) $(stat status_5xx) $(stat status_2xx)" "2 1 5 1" "status counters"
+
+curl -s -o /dev/null -D "$TMP/h" -H 'X-Sim-Fault: 429' --data-binary x "$BASE/send"
+like "$(tr -d '\r' <"$TMP/h")" '^Retry-After: 1$' "429 has Retry-After: 1 by default"
+curl -s -o /dev/null -D "$TMP/h" -H 'X-Sim-Fault: 429' -H 'X-Sim-Retry-After: 7' --data-binary x "$BASE/send"
+like "$(tr -d '\r' <"$TMP/h")" '^Retry-After: 7$' "X-Sim-Retry-After sets it"
+curl -s -o /dev/null -D "$TMP/h" -H 'X-Sim-Fault: 503' -H 'X-Sim-Retry-After: 3' --data-binary x "$BASE/send"
+like "$(tr -d '\r' <"$TMP/h")" '^Retry-After: 3$' "... on 503 too"
+curl -s -o /dev/null -D "$TMP/h" -H 'X-Sim-Fault: 503' --data-binary x "$BASE/send"
+OK_NAME="503 without X-Sim-Retry-After has no Retry-After"
+ok test -z "$(grep -i retry-after "$TMP/h")"
+
+t0=$(stat timeouts)
+curl -s -o /dev/null -m 5 -H 'Idempotency-Key: to-bg' -H 'X-Sim-Fault: timeout' --data-binary x "$BASE/send" &
+bg=$!
+OK_NAME="held request shows in inflight"
+ok wait_stat inflight 1
+kill "$bg" 2>/dev/null
+wait "$bg" 2>/dev/null
+OK_NAME="client gone: the held request is cleaned up"
+ok wait_stat inflight 0
+is "$(curl_rc -m 1 -H 'Idempotency-Key: to-1' -H 'X-Sim-Fault: timeout' --data-binary x)" 28 "X-Sim-Fault: timeout: the client times out"
+is "$(ledger to-1)" "1 0 1" "... not delivered"
+is "$(curl_rc -m 1 -H 'Idempotency-Key: to-2' -H 'X-Sim-Fault: timeout_delivered' --data-binary x)" 28 "timeout_delivered: the client times out"
+is "$(ledger to-2)" "1 1 1" "... delivered"
+is "$(stat timeouts)" $((t0 + 3)) "timeouts counted"
+
+is "$(curl_rc -H 'Idempotency-Key: rs-1' -H 'X-Sim-Fault: reset' --data-binary x)" 56 "X-Sim-Fault: reset: connection reset"
+is "$(ledger rs-1)" "1 0 1" "... not delivered"
+is "$(curl_rc -H 'Idempotency-Key: rs-2' -H 'X-Sim-Fault: reset_delivered' --data-binary x)" 56 "reset_delivered: connection reset"
+is "$(ledger rs-2)" "1 1 1" "... delivered"
+is "$(curl_rc -H 'Idempotency-Key: rs-3' -H 'X-Sim-Fault: reset' -H 'Transfer-Encoding: chunked' --data-binary @"$TMP/big")" 56 "reset after a big chunked body"
+is "$(stat resets)" 3 "resets counted"
+
+# X-Sim-Fail-First: a timeout, then the retry succeeds
+hdr=(-H 'Idempotency-Key: ff-1' -H 'X-Sim-Fault: timeout' -H 'X-Sim-Fail-First: 1' --data-binary x)
+is "$(curl_rc -m 1 "${hdr[@]}")" 28 "Fail-First 1: the first attempt times out"
+is "$(code "${hdr[@]}")" 200 "... the retry is answered 200"
+is "$(ledger ff-1)" "2 1 1" "... and delivered once"
+hdr=(-H 'Idempotency-Key: ff-2' -H 'X-Sim-Fault: 503' -H 'X-Sim-Fail-First: 2' --data-binary x)
+is "$(code "${hdr[@]}") $(code "${hdr[@]}") $(code "${hdr[@]}") $(code "${hdr[@]}")" "503 503 200 200" "Fail-First 2 with 503"
+is "$(ledger ff-2)" "4 2 1" "... delivered by the successful ones"
+
+# latency
+t=$(elapsed -H 'Idempotency-Key: lat-1' -H 'X-Sim-Latency-Ms: 300' --data-binary x "$BASE/send")
+OK_NAME="X-Sim-Latency-Ms: 300 delays the answer ($t s)"
+ok fge "$t" 0.3
+is "$(curl_rc -m 0.5 -H 'Idempotency-Key: lat-2' -H 'X-Sim-Latency-Ms: 3000' --data-binary x)" 28 "answer slower than the client's timeout"
+is "$(ledger lat-2)" "1 1 1" "... delivered all the same"
+OK_NAME="... and the server cleans up (no connection left)"
+ok wait_stat connections_open 1
+
+# ---------------------------------------------------------------- run-time configuration
+
+cfg=$(curl -s "$BASE/config")
+like "$cfg" '^latency_ms 0$' "GET /config lists latency_ms"
+like "$cfg" '^status_5xx 502$' "... status_5xx"
+like "$cfg" '^hold_ms 60000$' "... hold_ms"
+is "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/config?p_5xx=2")" 400 "/config rejects a probability above 1"
+is "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/config?nope=1")" 400 "/config rejects an unknown name"
+is "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/config?p_5xx=1&latency_ms=x")" 400 "/config rejects a bad integer"
+like "$(curl -s "$BASE/config")" '^p_5xx 0$' "... and changes nothing then"
+
+curl -s -o /dev/null "$BASE/config?latency_ms=500"
+t=$(elapsed -H 'Idempotency-Key: lat-3' --data-binary x "$BASE/send")
+OK_NAME="latency_ms=500 delays simulated answers ($t s)"
+ok fge "$t" 0.5
+t=$(elapsed "$BASE/stats")
+OK_NAME="... but not control endpoints ($t s)"
+ok flt "$t" 0.4
+curl -s -o /dev/null "$BASE/config?latency_ms=0"
+
+curl -s -o /dev/null "$BASE/config?p_5xx=1"
+is "$(code -H 'Idempotency-Key: r-5' --data-binary x)" 502 "p_5xx=1: 502"
+is "$(ledger r-5)" "1 0 1" "... not delivered"
+curl -s -o /dev/null "$BASE/config?status_5xx=503&q=1"
+is "$(code -H 'Idempotency-Key: r-5q' --data-binary x)" 503 "status_5xx=503: 503"
+is "$(ledger r-5q)" "1 1 1" "... q=1: delivered all the same"
+curl -s -o /dev/null "$BASE/config?p_5xx=0&q=0&p_4xx=1"
+is "$(code -H 'Idempotency-Key: r-4' --data-binary x)" 400 "p_4xx=1: 400"
+is "$(ledger r-4)" "1 0 1" "... not delivered"
+curl -s -o /dev/null "$BASE/config?p_4xx=0&p_429=1&retry_after=5"
+curl -s -o /dev/null -D "$TMP/h" -H 'Idempotency-Key: r-429' --data-binary x "$BASE/send"
+like "$(tr -d '\r' <"$TMP/h")" '^HTTP/1.1 429 ' "p_429=1: 429"
+like "$(tr -d '\r' <"$TMP/h")" '^Retry-After: 5$' "... with retry_after=5"
+curl -s -o /dev/null "$BASE/config?p_429=0&p_reset=1"
+is "$(curl_rc -H 'Idempotency-Key: r-rst' --data-binary x)" 56 "p_reset=1: reset"
+curl -s -o /dev/null "$BASE/config?p_reset=0&p_timeout=1&hold_ms=300"
+t=$(elapsed -m 5 -H 'Idempotency-Key: r-to' --data-binary x "$BASE/send")
+is "$(curl_rc -m 5 -H 'Idempotency-Key: r-to' --data-binary x)" 52 "p_timeout=1, hold_ms=300: closed without an answer"
+OK_NAME="... after the hold ($t s)"
+ok fge "$t" 0.3
+is "$(ledger r-to)" "2 0 1" "... not delivered"
+curl -s -o /dev/null "$BASE/config?p_timeout=0&hold_ms=60000"
+
+# the same seed gives the same sequence
+draw()
+{
+	local i s=
+	curl -s -o /dev/null "$BASE/config?p_5xx=0.5&seed=$1"
+	for i in $(seq 1 40); do
+		s="$s$(code -H "Idempotency-Key: d-$i" --data-binary x | cut -c1)"
+	done
+	echo "$s"
+}
+a=$(draw 42)
+b=$(draw 42)
+c=$(draw 43)
+is "$a" "$b" "seed 42 twice: the same faults ($a)"
+OK_NAME="another seed, other faults ($c)"
+ok test "$a" != "$c"
+n5=$(echo "$a" | tr -cd 5 | wc -c)
+OK_NAME="p_5xx=0.5: about half fail ($n5 of 40)"
+ok test "$n5" -ge 10 -a "$n5" -le 30
+curl -s -o /dev/null "$BASE/config?p_5xx=0"
+
+# idempotency
+code -H 'Idempotency-Key: dup' --data-binary x >/dev/null
+code -H 'Idempotency-Key: dup' --data-binary x >/dev/null
+is "$(ledger dup)" "2 2 1" "without idempotency a replay is delivered again"
+like "$(curl -s "$BASE/config?idempotency=1")" '^idempotency 1$' "idempotency=1"
+for i in 1 2 3; do
+	st=$(code -H 'Idempotency-Key: idem' --data-binary x)
+done
+is "$st" 200 "idempotent replay answered 200"
+is "$(ledger idem)" "3 1 1" "... but delivered once"
+curl_rc -m 1 -H 'Idempotency-Key: idem-2' -H 'X-Sim-Fault: timeout_delivered' --data-binary x >/dev/null
+is "$(code -H 'Idempotency-Key: idem-2' --data-binary x)" 200 "delivered during a timeout, the retry is answered 200"
+is "$(ledger idem-2)" "2 1 1" "... and not delivered again"
+curl -s -o /dev/null "$BASE/config?idempotency=0"
+
+# /stats after /reset
+curl -s -o /dev/null "$BASE/reset"
+for i in 1 2 3; do code -H "Idempotency-Key: s-$i" --data-binary x >/dev/null; done
+code -H 'Idempotency-Key: s-4' -H 'X-Sim-Fault: 500' --data-binary x >/dev/null
+curl -s -o /dev/null "$BASE/health"
+curl -s -o /dev/null "$BASE/ledger"
+st=$(curl -s "$BASE/stats")
+for kv in 'requests 4' 'delivered 3' 'status_2xx 3' 'status_5xx 1' 'timeouts 0' 'resets 0' 'keys 4' 'inflight 0' 'connections_open 1'; do
+	like "$st" "^$kv\$" "stats: $kv (control endpoints not counted)"
+done
+
+# ---------------------------------------------------------------- many connections
+
+curl -s -o /dev/null "$BASE/config?hold_ms=10000"
+pids=()
+for i in $(seq 1 16); do
+	curl -s -m 60 --parallel --parallel-immediate --parallel-max 256 -H 'Idempotency-Key: conc' -H 'X-Sim-Fault: timeout' \
+		"$BASE/conc/[1-256]" >/dev/null 2>&1 &
+	pids+=($!)
+done
+OK_NAME="4096 concurrent held requests"
+ok wait_stat inflight 4096
+like "$(curl -s "$BASE/stats")" '^connections_open 4097$' "... on 4097 open connections"
+wait "${pids[@]}"
+OK_NAME="... all closed after hold_ms"
+ok wait_stat inflight 0
+OK_NAME="... and no connection left behind"
+ok wait_stat connections_open 1
+is "$(ledger conc)" "4096 0 1" "... all recorded"
+curl -s -o /dev/null "$BASE/config?hold_ms=60000"
+
+# ---------------------------------------------------------------- shutdown
+
+stop_sim
+is "$STOP_RC" 0 "SIGTERM: exit 0${SIM_WRAPPER:+ (under $SIM_WRAPPER)}"
+
+# ---------------------------------------------------------------- start-up options
+
+start_sim --key-header X-Req-Id --idempotency --ledger-file "$TMP/ledger.txt" \
+	--latency-ms 100 --seed 7 --status-5xx 503 --retry-after 4 --hold-ms 500 \
+	--p-timeout 0 --q 0 --p-5xx 0 --p-4xx 0 --p-reset 0 --p-429 0 --threads 2
+cfg=$(curl -s "$BASE/config")
+for kv in 'latency_ms 100' 'hold_ms 500' 'idempotency 1' 'status_5xx 503' 'retry_after 4' 'seed 7'; do
+	like "$cfg" "^$kv\$" "command line sets $kv"
+done
+for i in 1 2 3; do code -H 'x-req-id: opt-1' --data-binary x >/dev/null; done
+is "$(ledger opt-1)" "3 1 1" "--key-header (any case) and --idempotency"
+resp=$(curl -s -H 'Idempotency-Key: ignored' --data-binary 'y' "$BASE/send")
+is "$resp" "$(accepted "body:$(fnv1a y)")" "the default key header is not used then"
+curl -s -o /dev/null "$BASE/config?latency_ms=0"
+pids=()
+for i in $(seq 1 8); do
+	curl -s -o /dev/null -H 'X-Req-Id: thr' --data-binary x "$BASE/send" &
+	pids+=($!)
+done
+wait "${pids[@]}"
+is "$(ledger thr)" "8 1 1" "--threads 2 shares one ledger"
+curl -s "$BASE/ledger" | sort >"$TMP/ledger.live"
+stop_sim
+is "$STOP_RC" 0 "SIGTERM with --ledger-file: exit 0"
+is "$(sort "$TMP/ledger.txt" 2>/dev/null)" "$(cat "$TMP/ledger.live")" "--ledger-file holds the ledger"
+
+start_sim
+timeout 20 $SIM_WRAPPER "$SIM" --port "$PORT" 2>"$TMP/busy.log"
+is "$?" 1 "port already in use: exit 1"
+like "$(cat "$TMP/busy.log")" 'cannot listen' "... with a message"
+stop_sim
+is "$STOP_RC" 0 "exit 0 after a quiet run"
+"$SIM" --p-5xx 1.5 2>/dev/null
+is "$?" 2 "probability out of range: exit 2"
+"$SIM" --no-such-option 2>/dev/null
+is "$?" 2 "unknown option: exit 2"
+like "$("$SIM" --help)" '^Usage: provider_sim' "--help"
+
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]

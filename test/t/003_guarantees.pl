@@ -1,0 +1,194 @@
+# 003_guarantees.pl: the promises around the state machine.  Deadlines,
+# idempotency keys, libcurl's silent re-send on a dead kept-alive
+# connection, lane isolation, live tuning, waiting jobs, and a 10,000-job run
+# against a provider that times out now and then.
+use strict;
+use warnings;
+use lib 'test';
+use NotifTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = new_node('guarantees');
+my $sim = start_sim();
+my $idem_sim = start_sim('--idempotency');
+
+sub enqueue
+{
+	my ($kind, $order, $text) = @_;
+	$text //= 'hello';
+	return $node->safe_psql('postgres',
+		qq{SELECT notif_enqueue(9, '$kind', '$order', '{"to":"+84900000009","text":"$text"}')});
+}
+
+sub wait_final
+{
+	my ($id, $what) = @_;
+	return wait_until($node,
+		"SELECT status NOT IN ('queued', 'sending') AND claimed_by IS NULL FROM notif_job WHERE id = $id",
+		't', $what);
+}
+
+# --- deadline: no attempt starts after deadline_at; the job expires ---
+set_provider($node, 'hang', $sim->{url},
+	headers => q('{"X-Sim-Fault": "timeout"}'), timeout => q('500 ms'));
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, deadline, provider, backoff_min, backoff_max)
+	VALUES ('otp_short', 'at_least_once', 100, '2 seconds', 'hang', '100 ms', '200 ms')});
+my $dl = enqueue('otp_short', 'dl-1');
+ok(wait_final($dl), 'the job with a short deadline reached a final state');
+is($node->safe_psql('postgres', "SELECT status FROM notif_job WHERE id = $dl"),
+	'expired', 'a provider that always times out: the job ends expired');
+is( $node->safe_psql('postgres', qq{
+		SELECT count(*) FROM notif_attempt a JOIN notif_job j ON j.id = a.job_id
+		 WHERE j.id = $dl AND a.started_at >= j.deadline_at}),
+	'0', 'no attempt started after deadline_at');
+cmp_ok($node->safe_psql('postgres', "SELECT count(*) FROM notif_attempt WHERE job_id = $dl"),
+	'>=', 2, 'it was retried while the deadline allowed');
+is($node->safe_psql('postgres', "SELECT tries = (SELECT count(*) FROM notif_attempt WHERE job_id = $dl) FROM notif_job WHERE id = $dl"),
+	't', 'tries counts exactly the calls made');
+
+# --- idempotency: delivered-then-timed-out calls are retried with one key ---
+for my $s ([$sim, 'plain'], [$idem_sim, 'idem'])
+{
+	my ($which, $name) = @$s;
+	set_provider($node, "flaky_$name", $which->{url},
+		headers => q('{"X-Sim-Fault": "timeout_delivered", "X-Sim-Fail-First": "2"}'),
+		idempotency_header => q('Idempotency-Key'),
+		timeout => q('500 ms'));
+	$node->safe_psql('postgres', qq{
+		INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
+		VALUES ('tx_$name', 'at_least_once', 5, 'flaky_$name', '100 ms', '200 ms')});
+}
+my $plain = enqueue('tx_plain', 'gd-1', 'GD 1: -500.000 VND');
+my $idem = enqueue('tx_idem', 'gd-1', 'GD 1: -500.000 VND');
+ok(wait_final($plain) && wait_final($idem), 'both idempotency jobs finished');
+is(job_row($node, $idem), 'sent accepted 3 200', 'two timeouts, then accepted on the third try');
+is(ledger_key($idem_sim, 'tx_idem:9:gd-1'), '3 1 1',
+	'a provider honouring the key delivered it once: three copies, one key, one body');
+is(ledger_key($sim, 'tx_plain:9:gd-1'), '3 3 1',
+	'a provider ignoring the key delivered every copy (the duplicates at_least_once accepts)');
+
+# --- a kept-alive connection reset right after the request was read ---
+# at_least_once gives libcurl the body to re-send: it silently sends a
+# second copy; at_most_once must not let it.
+for my $d ('at_most_once', 'at_least_once')
+{
+	my $p = "ka_$d";
+	set_provider($node, $p, $sim->{url}, idempotency_header => q('Idempotency-Key'));
+	$node->safe_psql('postgres', qq{
+		INSERT INTO notif_type (code, delivery, max_tries, provider, lane)
+		VALUES ('$p', '$d', 1, '$p', '$p')});
+	# a first job opens the connection, which libcurl keeps alive
+	my $warm = enqueue($p, 'warm');
+	ok(wait_final($warm), "$d: the first job went out on a new connection");
+	is(job_row($node, $warm), 'sent accepted 1 200', "$d: the first job was accepted");
+	$node->safe_psql('postgres',
+		qq{UPDATE notif_provider SET headers = '{"X-Sim-Fault": "reset"}' WHERE name = '$p'});
+	# the configuration change reaches the sender before the next claim
+	sleep(1);
+	my $hit = enqueue($p, 'hit');
+	ok(wait_final($hit), "$d: the second job finished");
+	$node->safe_psql('postgres', qq{UPDATE notif_provider SET headers = '{}' WHERE name = '$p'});
+}
+is(job_row($node, $node->safe_psql('postgres', "SELECT id FROM notif_job WHERE kind = 'ka_at_most_once' AND order_id = 'hit'")),
+	'sent unknown 1 -', 'at_most_once, reset after receipt on a kept-alive connection: sent/unknown');
+is(ledger_key($sim, 'ka_at_most_once:9:hit'), '1 0 1',
+	'at_most_once: the request reached the provider exactly once');
+like($node->safe_psql('postgres', "SELECT last_error FROM notif_job WHERE kind = 'ka_at_most_once' AND order_id = 'hit'"),
+	qr/rewind|reset|Recv failure/, 'libcurl did not re-send it: the error is the reset (or the refused rewind)');
+is(ledger_key($sim, 'ka_at_least_once:9:hit'), '2 0 1',
+	'at_least_once: libcurl re-sent the request on a fresh connection (the hazard being guarded)');
+
+# --- isolation: a lane whose provider hangs does not delay another lane ---
+set_provider($node, 'stuck', $sim->{url},
+	headers => q('{"X-Sim-Fault": "timeout"}'), timeout => q('20 seconds'));
+set_provider($node, 'fast', $sim->{url}, idempotency_header => q('Idempotency-Key'));
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider, lane)
+	VALUES ('promo_stuck', 'at_most_once', 1, 'stuck', 'bulk'),
+	       ('otp_fast', 'at_least_once', 3, 'fast', 'otp')});
+ok(wait_until($node, q{SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'notif_deliver sender otp'}),
+	'the otp lane has its own sender');
+$node->safe_psql('postgres',
+	q{SELECT count(notif_enqueue(g, 'promo_stuck', 'flood', '{"text":"sale"}')) FROM generate_series(1, 500) g});
+ok( wait_until($node, q{SELECT count(*) >= 64 FROM notif_job WHERE kind = 'promo_stuck' AND status = 'sent'}),
+	'the bulk lane is stuck in calls that hang');
+$node->safe_psql('postgres',
+	q{SELECT count(notif_enqueue(g, 'otp_fast', 'login', '{"text":"Ma OTP: 111111"}')) FROM generate_series(1, 20) g});
+ok(wait_until($node, q{SELECT count(*) = 20 FROM notif_job WHERE kind = 'otp_fast' AND status = 'sent'}),
+	'every OTP was sent while the other lane hung');
+is( $node->safe_psql('postgres', q{
+		SELECT count(*) FROM notif_job WHERE kind = 'otp_fast' AND sent_at - created_at > interval '2 seconds'}),
+	'0', 'no OTP waited for the hung lane');
+# stop the flood: its calls would hold the provider's slots for 20 s
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = true WHERE code = 'promo_stuck'});
+
+# --- live tuning: delivery and max_tries change for jobs claimed afterwards ---
+set_provider($node, 'bad_gw', $sim->{url}, headers => q('{"X-Sim-Fault": "502"}'),
+	idempotency_header => q('Idempotency-Key'));
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
+	VALUES ('tuned', 'at_least_once', 3, 'bad_gw', '100 ms', '200 ms')});
+my $before = enqueue('tuned', 'before');
+ok(wait_final($before), 'the job before the change finished');
+is(job_row($node, $before), 'failed unknown 3 502', 'before: at_least_once, retried three times');
+$node->safe_psql('postgres',
+	q{UPDATE notif_type SET delivery = 'at_most_once', max_tries = 1 WHERE code = 'tuned'});
+my $after = enqueue('tuned', 'after');
+ok(wait_final($after), 'the job after the change finished');
+is(job_row($node, $after), 'sent unknown 1 502', 'after: at_most_once, a 502 is never retried');
+is(ledger_key($sim, 'tuned:9:after'), '1 0 1', 'after: the provider got it once');
+
+# --- waiting jobs: a paused type, a provider without a URL ---
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_provider (name) VALUES ('later');
+	INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES ('no_url', 'at_least_once', 3, 'later');
+	INSERT INTO notif_type (code, delivery, max_tries, provider, paused) VALUES ('held', 'at_least_once', 3, 'fast', true)});
+my $no_url = enqueue('no_url', 'w');
+my $held = enqueue('held', 'w');
+sleep(2);
+is($node->safe_psql('postgres', "SELECT string_agg(status || '/' || tries, ',' ORDER BY id) FROM notif_job WHERE id IN ($no_url, $held)"),
+	'queued/0,queued/0', 'jobs of a paused type and of a provider without URL wait, untouched');
+$node->safe_psql('postgres', qq{UPDATE notif_provider SET url = '$sim->{url}' WHERE name = 'later'});
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = false WHERE code = 'held'});
+ok(wait_until($node, "SELECT count(*) = 2 FROM notif_job WHERE id IN ($no_url, $held) AND status = 'sent'"),
+	'they go out once the URL is set and the type resumed, without a restart');
+
+# --- 10,000 jobs against 0.5% timeouts, half of them delivered anyway ---
+my $loss_sim = start_sim('--p-timeout', '0.005', '--q', '0.5', '--seed', '42');
+set_provider($node, 'lossy', $loss_sim->{url},
+	idempotency_header => q('Idempotency-Key'), timeout => q('500 ms'), max_inflight => 256);
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider, lane, backoff_min, backoff_max)
+	VALUES ('alo_10k', 'at_least_once', 5, 'lossy', 'alo', '50 ms', '100 ms'),
+	       ('amo_10k', 'at_most_once', 1, 'lossy', 'amo', '50 ms', '100 ms')});
+$node->safe_psql('postgres', q{
+	SELECT count(notif_enqueue(g, 'alo_10k', 'o', '{"text":"x"}')) FROM generate_series(1, 5000) g;
+	SELECT count(notif_enqueue(g, 'amo_10k', 'o', '{"text":"x"}')) FROM generate_series(1, 5000) g;});
+ok( wait_until($node, q{
+		SELECT count(*) = 10000 FROM notif_job
+		 WHERE kind IN ('alo_10k', 'amo_10k') AND status NOT IN ('queued', 'sending') AND claimed_by IS NULL}),
+	'all 10,000 jobs finished');
+my $l = ledger($loss_sim);
+my ($alo_missing, $amo_dup, $alo_dup, $amo_lost) = (0, 0, 0, 0);
+for my $u (1 .. 5000)
+{
+	my $a = $l->{"alo_10k:$u:o"};
+	my $m = $l->{"amo_10k:$u:o"};
+	$alo_missing++ if !$a || $a->{delivered} < 1;
+	$alo_dup++ if $a && $a->{delivered} > 1;
+	$amo_dup++ if $m && $m->{delivered} > 1;
+	$amo_lost++ if !$m || $m->{delivered} < 1;
+}
+is($alo_missing, 0, 'at_least_once: every key was delivered at least once');
+is($amo_dup, 0, 'at_most_once: no key was delivered more than once');
+note("measured: at_least_once duplicates $alo_dup, at_most_once lost $amo_lost (of 5000 each)");
+is( $node->safe_psql('postgres', q{SELECT count(*) FROM notif_job WHERE kind = 'alo_10k' AND status <> 'sent'}),
+	'0', 'at_least_once: every job ended sent');
+is( $node->safe_psql('postgres',
+		q{SELECT count(*) FROM notif_job WHERE kind = 'amo_10k' AND tries <> 1}),
+	'0', 'at_most_once: every job was tried exactly once');
+
+done_testing();
