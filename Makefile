@@ -37,6 +37,9 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# PGXS does not track header dependencies: every object depends on every header
+$(OBJS): $(wildcard $(srcdir)/src/*.h)
+
 # the provider simulator the TAP tests, benchmarks and demo talk to
 SIM = test/sim/provider_sim
 $(SIM): test/sim/provider_sim.c

@@ -51,6 +51,7 @@ typedef struct NotifProviderSlot
 	double		tokens;			/* rate limit bucket */
 	TimestampTz refilled_at;
 	TimestampTz paused_until;	/* after a 429/503 with Retry-After */
+	bool		starved;		/* a lane found no room: wake senders on release */
 } NotifProviderSlot;
 
 #define NOTIF_MAX_PROVIDERS 64
@@ -74,6 +75,7 @@ extern void notif_shmem_attach(void);
 extern int64 notif_new_incarnation(void);
 extern void notif_wake_lane(const char *lane);
 extern void notif_wake_all(void);
+extern void notif_wake_senders(void);
 extern int	notif_live_incarnations(int64 *out, int max);
 
 /* wake.c: wake-ups at commit */

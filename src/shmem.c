@@ -126,9 +126,8 @@ notif_wake_lane(const char *lane)
 		SetLatch(latch);
 }
 
-/* Wake the launcher and every sender. */
-void
-notif_wake_all(void)
+static void
+wake(bool launcher)
 {
 	Latch	   *latches[1 + 256];
 	int			n = 0;
@@ -137,7 +136,7 @@ notif_wake_all(void)
 	if (notif_shared == NULL)
 		return;
 	SpinLockAcquire(&notif_shared->mutex);
-	if (notif_shared->launcher_latch)
+	if (launcher && notif_shared->launcher_latch)
 		latches[n++] = notif_shared->launcher_latch;
 	for (i = 0; i < notif_max_lanes && n < (int) lengthof(latches); i++)
 		if (notif_shared->lanes[i].in_use && notif_shared->lanes[i].latch)
@@ -145,6 +144,20 @@ notif_wake_all(void)
 	SpinLockRelease(&notif_shared->mutex);
 	for (i = 0; i < n; i++)
 		SetLatch(latches[i]);
+}
+
+/* Wake the launcher and every sender. */
+void
+notif_wake_all(void)
+{
+	wake(true);
+}
+
+/* Wake every sender. */
+void
+notif_wake_senders(void)
+{
+	wake(false);
 }
 
 /* The incarnations of the senders running now; returns how many. */

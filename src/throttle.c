@@ -80,8 +80,12 @@ notif_throttle_acquire(const NotifProviderConf *provider, int want,
 	}
 
 	granted = Min(want, provider->max_inflight - p->inflight);
-	if (granted < 0)
+	if (granted <= 0)
+	{
+		/* all its calls are in flight: whoever ends one wakes us */
+		p->starved = true;
 		granted = 0;
+	}
 
 	if (provider->rate_limit > 0 && granted > 0)
 	{
@@ -107,13 +111,21 @@ notif_throttle_acquire(const NotifProviderConf *provider, int want,
 void
 notif_throttle_release(int slot, int n)
 {
+	NotifProviderSlot *p;
+	bool		starved;
+
 	if (slot < 0 || n == 0)
 		return;
+	p = &notif_shared->providers[slot];
 	SpinLockAcquire(&notif_shared->mutex);
-	notif_shared->providers[slot].inflight -= n;
-	if (notif_shared->providers[slot].inflight < 0)
-		notif_shared->providers[slot].inflight = 0;
+	p->inflight -= n;
+	if (p->inflight < 0)
+		p->inflight = 0;
+	starved = p->starved;
+	p->starved = false;
 	SpinLockRelease(&notif_shared->mutex);
+	if (starved)
+		notif_wake_senders();
 }
 
 /* The provider said 429 with Retry-After: nobody calls it before then. */

@@ -15,6 +15,10 @@ use Test::More;
 our @EXPORT = qw(new_node start_sim sim_get ledger ledger_key stats wait_until
   job_row set_provider);
 
+# simulators started by this test, stopped when it ends
+my @sims;
+END { local $?; kill "KILL", $_->{pid} for @sims; waitpid($_->{pid}, 0) for @sims; }
+
 # A started node with notif_deliver preloaded and created in "postgres".
 sub new_node
 {
@@ -52,6 +56,7 @@ sub start_sim
 		exec($bin, '--port', $port, @args) or die "exec $bin: $!";
 	}
 	my $sim = { port => $port, pid => $pid, url => "http://127.0.0.1:$port/send" };
+	push @sims, $sim;
 	for (1 .. 100)
 	{
 		my $r = eval { sim_get($sim, '/health') };

@@ -202,12 +202,12 @@ prng_double(uint64_t *state)
 }
 
 static int64_t
-clock_ms(void)
+monotonic_us(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 static int64_t
@@ -584,7 +584,7 @@ typedef struct Conn
 	Buf			pending;		/* delayed answer */
 	Action		pending_action;
 	bool		close_when_answered;
-	int64_t		timer_at;
+	int64_t		timer_at;		/* monotonic microseconds */
 	int			heap_idx;		/* -1: no timer */
 } Conn;
 
@@ -601,7 +601,7 @@ typedef struct Worker
 	pthread_t	thread;
 	TimerHeap	timers;
 	Conn	   *conns;			/* all open connections */
-	int64_t		now_ms;
+	int64_t		now_us;			/* monotonic, at the last wake-up */
 	bool		stop;
 	Buf			scratch;		/* answer bodies */
 	Buf			keybuf;			/* sanitized keys */
@@ -691,12 +691,15 @@ timer_set(Conn *c, int delay_ms)
 		h->cap = h->cap ? h->cap * 2 : 64;
 		h->items = xrealloc(h->items, h->cap * sizeof(Conn *));
 	}
-	c->timer_at = c->worker->now_ms + delay_ms;
+	c->timer_at = c->worker->now_us + (int64_t) delay_ms * 1000;
 	heap_place(h, h->n++, c);
 	heap_up(h, h->n - 1);
 }
 
-/* epoll_wait timeout until the earliest timer, -1 without timers */
+/*
+ * epoll_wait timeout until the earliest timer, -1 without timers; rounded
+ * up, so that a delay is never shorter than asked
+ */
 static int
 timers_timeout(Worker *w)
 {
@@ -704,9 +707,10 @@ timers_timeout(Worker *w)
 
 	if (w->timers.n == 0)
 		return -1;
-	d = w->timers.items[0]->timer_at - w->now_ms;
-	if (d < 0)
+	d = w->timers.items[0]->timer_at - w->now_us;
+	if (d <= 0)
 		return 0;
+	d = (d + 999) / 1000;
 	return d > 60000 ? 60000 : (int) d;
 }
 
@@ -1718,7 +1722,8 @@ decide_forced(const Request *r, const SimConfig *cfg, uint64_t received, Outcome
 			break;
 		case FAULT_STATUS:
 			if (status == 429)
-				outcome_status(o, 429, r->retry_after >= 0 ? r->retry_after : cfg->retry_after);
+				outcome_status(o, 429, r->retry_after >= 0 ?
+							   r->retry_after : cfg->retry_after);
 			else
 				outcome_status(o, status, status == 503 ? r->retry_after : -1);
 			o->deliver = false;
@@ -2199,7 +2204,7 @@ worker_init(Worker *w)
 static void
 timers_run(Worker *w)
 {
-	while (w->timers.n > 0 && w->timers.items[0]->timer_at <= w->now_ms)
+	while (w->timers.n > 0 && w->timers.items[0]->timer_at <= w->now_us)
 	{
 		Conn	   *c = w->timers.items[0];
 
@@ -2218,14 +2223,14 @@ worker_run(void *arg)
 	{
 		int			n;
 
-		w->now_ms = clock_ms();
+		w->now_us = monotonic_us();
 		n = epoll_wait(w->epfd, events, MAX_EVENTS, timers_timeout(w));
 		if (n < 0 && errno != EINTR)
 		{
 			perror("provider_sim: epoll_wait");
 			exit(1);
 		}
-		w->now_ms = clock_ms();
+		w->now_us = monotonic_us();
 		for (int i = 0; i < n; i++)
 		{
 			Source	   *src = events[i].data.ptr;
@@ -2439,7 +2444,8 @@ open_listener(void)
 		((struct sockaddr_in *) &ss)->sin_port = htons(opts.port);
 		sslen = sizeof(struct sockaddr_in);
 	}
-	else if (inet_pton(AF_INET6, opts.bind_addr, &((struct sockaddr_in6 *) &ss)->sin6_addr) == 1)
+	else if (inet_pton(AF_INET6, opts.bind_addr,
+					   &((struct sockaddr_in6 *) &ss)->sin6_addr) == 1)
 	{
 		v6 = true;
 		ss.ss_family = AF_INET6;
@@ -2464,7 +2470,8 @@ open_listener(void)
 		inet_ntop(AF_INET6, &((struct sockaddr_in6 *) &ss)->sin6_addr, addr, sizeof(addr));
 	else
 		inet_ntop(AF_INET, &((struct sockaddr_in *) &ss)->sin_addr, addr, sizeof(addr));
-	fprintf(stderr, v6 ? "provider_sim listening on [%s]:%d\n" : "provider_sim listening on %s:%d\n",
+	fprintf(stderr, v6 ? "provider_sim listening on [%s]:%d\n" :
+			"provider_sim listening on %s:%d\n",
 			addr, ntohs(v6 ? ((struct sockaddr_in6 *) &ss)->sin6_port :
 						((struct sockaddr_in *) &ss)->sin_port));
 	return fd;
@@ -2520,9 +2527,9 @@ main(int argc, char **argv)
 
 	parse_options(argc, argv);
 	raise_fd_limit();
-	ledger_init(&sim.ledger);
 	signal_src.fd = open_signalfd();
 	listen_src.fd = open_listener();
+	ledger_init(&sim.ledger);
 	spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 
 	workers = xcalloc(opts.threads, sizeof(Worker));

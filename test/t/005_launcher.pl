@@ -1,0 +1,168 @@
+# 005_launcher.pl: the processes.  One sender per lane, started and stopped
+# as lanes come and go; a stopped sender restarted without touching other
+# lanes; CREATE and DROP EXTENSION noticed without a restart; a commit (and
+# not a poll, nor anything before the commit) wakes the lane's sender; the
+# retention purge; the providers' in-flight and rate limits.
+use strict;
+use warnings;
+use lib 'test';
+use NotifTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+# A long safety poll: whatever goes out quickly was woken, not polled.
+my $node = PostgreSQL::Test::Cluster->new('launcher');
+$node->init;
+$node->append_conf('postgresql.conf', q{
+shared_preload_libraries = 'notif_deliver'
+notif_deliver.database = 'postgres'
+notif_deliver.poll_interval = '1h'
+notif_deliver.purge_interval = '1s'
+notif_deliver.purge_batch_size = 100
+});
+$node->start;
+my $sim = start_sim();
+
+sub senders
+{
+	return $node->safe_psql('postgres', q{
+		SELECT coalesce(string_agg(application_name, ',' ORDER BY application_name), '')
+		  FROM pg_stat_activity WHERE backend_type = 'notif_deliver sender'});
+}
+
+sub senders_are
+{
+	my ($expected, $what) = @_;
+	ok( wait_until($node, qq{
+			SELECT coalesce(string_agg(application_name, ',' ORDER BY application_name), '') = '$expected'
+			  FROM pg_stat_activity WHERE backend_type = 'notif_deliver sender'}),
+		$what);
+}
+
+# --- before CREATE EXTENSION the launcher waits quietly ---
+ok(wait_until($node, q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'notif_deliver launcher'}),
+	'the launcher runs');
+is(senders(), '', 'no sender without the extension');
+
+# --- CREATE EXTENSION in a schema of its own is noticed without a restart ---
+$node->safe_psql('postgres', q{
+	CREATE SCHEMA notif;
+	CREATE EXTENSION notif_deliver SCHEMA notif;
+	SET search_path = notif;
+	UPDATE notif_provider SET url = '} . $sim->{url} . q{', idempotency_header = 'Idempotency-Key' WHERE name = 'default';
+	INSERT INTO notif_type VALUES ('otp', 'at_least_once', 3, '15 seconds');});
+senders_are('notif_deliver sender default', 'a sender starts for the first lane');
+
+# --- lanes come and go with notif_type ---
+$node->safe_psql('postgres', q{
+	INSERT INTO notif.notif_type (code, delivery, max_tries, lane) VALUES ('promo', 'at_most_once', 1, 'bulk')});
+senders_are('notif_deliver sender bulk,notif_deliver sender default', 'a new lane gets its own sender');
+$node->safe_psql('postgres', q{UPDATE notif.notif_type SET paused = true WHERE code = 'promo'});
+senders_are('notif_deliver sender default', 'a lane whose types are all paused loses its sender');
+$node->safe_psql('postgres', q{UPDATE notif.notif_type SET paused = false WHERE code = 'promo'});
+senders_are('notif_deliver sender bulk,notif_deliver sender default', 'resumed: the lane is back');
+
+# --- a stopped sender is started again; the other lane is not touched ---
+my $default_pid = $node->safe_psql('postgres',
+	q{SELECT pid FROM pg_stat_activity WHERE application_name = 'notif_deliver sender default'});
+my $bulk_pid = $node->safe_psql('postgres',
+	q{SELECT pid FROM pg_stat_activity WHERE application_name = 'notif_deliver sender bulk'});
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($bulk_pid)");
+ok( wait_until($node, qq{
+		SELECT count(*) = 1 FROM pg_stat_activity
+		 WHERE application_name = 'notif_deliver sender bulk' AND pid <> $bulk_pid}),
+	'the terminated sender was started again');
+is($node->safe_psql('postgres',
+		q{SELECT pid FROM pg_stat_activity WHERE application_name = 'notif_deliver sender default'}),
+	$default_pid, 'the other lane kept its sender');
+
+# --- the wake-up comes with the commit, not before it, and not from a poll ---
+my $bg = $node->background_psql('postgres');
+$bg->query_safe('BEGIN');
+my $id = $bg->query_safe(q{SELECT notif.notif_enqueue(1, 'otp', 'wake', '{"text":"Ma OTP: 1"}')});
+sleep(1);
+is(ledger_key($sim, 'otp:1:wake'), '0 0 0', 'nothing is sent before the enqueue commits');
+$bg->query_safe('COMMIT');
+ok(wait_until($node, "SELECT status = 'sent' FROM notif.notif_job WHERE id = $id"),
+	'the commit woke the sender');
+is( $node->safe_psql('postgres', "SELECT sent_at - created_at < interval '1 minute' FROM notif.notif_job WHERE id = $id"),
+	't', 'sent at once, with the safety poll set to an hour');
+$bg->quit;
+
+# a rolled-back enqueue wakes nobody and sends nothing
+$node->safe_psql('postgres', q{
+	BEGIN; SELECT notif.notif_enqueue(1, 'otp', 'rolled-back'); ROLLBACK;});
+sleep(1);
+is(ledger_key($sim, 'otp:1:rolled-back'), '0 0 0', 'a rolled-back enqueue sends nothing');
+
+# --- provider limits: in flight and rate ---
+$node->safe_psql('postgres', qq{
+	INSERT INTO notif.notif_provider (name, url, headers, idempotency_header, max_inflight)
+	VALUES ('narrow', '$sim->{url}', '{"X-Sim-Latency-Ms": "300"}', 'Idempotency-Key', 2);
+	INSERT INTO notif.notif_provider (name, url, idempotency_header, rate_limit)
+	VALUES ('slow', '$sim->{url}', 'Idempotency-Key', 20);
+	INSERT INTO notif.notif_type (code, delivery, max_tries, provider, lane)
+	VALUES ('narrow_a', 'at_least_once', 1, 'narrow', 'la'),
+	       ('narrow_b', 'at_least_once', 1, 'narrow', 'lb'),
+	       ('rated', 'at_most_once', 1, 'slow', 'lr');});
+senders_are(join(',', map { "notif_deliver sender $_" } qw(bulk default la lb lr)), 'three more lanes');
+$node->safe_psql('postgres', q{
+	SELECT count(notif.notif_enqueue(g, 'narrow_a', 'n')) FROM generate_series(1, 6) g;
+	SELECT count(notif.notif_enqueue(g, 'narrow_b', 'n')) FROM generate_series(1, 6) g;
+	SELECT count(notif.notif_enqueue(g, 'rated', 'r')) FROM generate_series(1, 60) g;});
+ok( wait_until($node,
+		q{SELECT count(*) = 72 FROM notif.notif_job WHERE kind IN ('narrow_a', 'narrow_b', 'rated') AND outcome = 'accepted'}),
+	'the throttled jobs were all sent')
+  or diag($node->safe_psql('postgres', q{SELECT kind, status, outcome, count(*) FROM notif.notif_job GROUP BY 1, 2, 3}));
+is( $node->safe_psql('postgres', q{
+		SELECT max(c) FROM (
+		  SELECT (SELECT count(*) FROM notif.notif_attempt b JOIN notif.notif_job jb ON jb.id = b.job_id
+		           WHERE jb.kind IN ('narrow_a', 'narrow_b')
+		             AND b.started_at <= a.started_at AND b.ended_at > a.started_at) AS c
+		    FROM notif.notif_attempt a JOIN notif.notif_job ja ON ja.id = a.job_id
+		   WHERE ja.kind IN ('narrow_a', 'narrow_b')) x}),
+	'2', 'never more than the provider\'s max_inflight (2) calls at once, across two lanes');
+cmp_ok( $node->safe_psql('postgres', q{
+		SELECT extract(epoch FROM max(a.started_at) - min(a.started_at))
+		  FROM notif.notif_attempt a JOIN notif.notif_job j ON j.id = a.job_id WHERE j.kind = 'rated'}),
+	'>=', 2.5, '60 calls at rate_limit 20/s take at least 2.5 s (a tenth of a second of burst)');
+
+# --- retention: finished jobs and their attempts are purged, the rest kept ---
+$node->safe_psql('postgres', q{
+	INSERT INTO notif.notif_type (code, delivery, max_tries, retention, provider)
+	VALUES ('shortlived', 'at_most_once', 1, '1 second', 'default');
+	INSERT INTO notif.notif_provider (name) VALUES ('nowhere');
+	INSERT INTO notif.notif_type (code, delivery, max_tries, retention, provider)
+	VALUES ('waiting', 'at_most_once', 1, '1 second', 'nowhere');
+	SELECT count(notif.notif_enqueue(g, 'shortlived', 's')) FROM generate_series(1, 350) g;
+	SELECT count(notif.notif_enqueue(g, 'waiting', 's')) FROM generate_series(1, 5) g;});
+ok(wait_until($node, q{SELECT count(*) = 0 FROM notif.notif_job WHERE kind = 'shortlived'}),
+	'finished jobs past their retention are deleted (in batches of 100)')
+  or diag($node->safe_psql('postgres', q{SELECT kind, status, count(*), min(created_at), now() FROM notif.notif_job GROUP BY 1, 2}));
+is( $node->safe_psql('postgres', q{
+		SELECT count(*) FROM notif.notif_attempt a WHERE NOT EXISTS (SELECT FROM notif.notif_job j WHERE j.id = a.job_id)}),
+	'0', 'with their attempt rows');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM notif.notif_job WHERE kind = 'waiting'}),
+	'5', 'queued jobs are kept whatever their age');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM notif.notif_job WHERE kind = 'otp'}),
+	'1', 'jobs within their retention are kept');
+
+# --- DROP EXTENSION stops the senders; CREATE brings them back ---
+$node->safe_psql('postgres', q{DROP EXTENSION notif_deliver CASCADE});
+senders_are('', 'DROP EXTENSION: the senders stop');
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION notif_deliver SCHEMA notif;
+	INSERT INTO notif.notif_type (code, delivery, max_tries, lane) VALUES ('again', 'at_most_once', 1, 'again')});
+senders_are('notif_deliver sender again', 'CREATE EXTENSION again: its lane gets a sender');
+
+# --- notif_deliver.enabled = off stops every sender ---
+$node->append_conf('postgresql.conf', "notif_deliver.enabled = off\n");
+$node->reload;
+senders_are('', 'disabled: no sender');
+$node->append_conf('postgresql.conf', "notif_deliver.enabled = on\n");
+$node->reload;
+senders_are('notif_deliver sender again', 'enabled again');
+
+unlike(slurp_file($node->logfile), qr/retrying with backoff/, 'no sender logged an error');
+done_testing();
