@@ -48,7 +48,7 @@ static const char *const sql_claim =
 "    SELECT j.id, coalesce(j.deadline_at <= now(), false) AS expired"
 "      FROM %s.notif_job j"
 "     WHERE j.kind = $1 AND j.status = 'queued' AND j.next_at <= now()"
-"     ORDER BY j.next_at, j.id"
+"     ORDER BY j.next_at"
 "     LIMIT $2"
 "       FOR UPDATE SKIP LOCKED),"
 " type AS (SELECT delivery FROM %s.notif_type WHERE code = $1)"

@@ -287,8 +287,15 @@ claim_jobs(void)
 		notif_throttle_release(pslot, granted - sendable);
 		room -= sendable;
 
-		if (n == granted && granted == want)
-			more = true;		/* there may be more due */
+		if (n == granted)
+		{
+			/*
+			 * There may be more due: claim again as soon as there is room
+			 * (a call ends), or when the rate limit allows.
+			 */
+			if (retry_at == 0)
+				more = true;
+		}
 		else
 		{
 			TimestampTz due = notif_sql_next_due(type->code);

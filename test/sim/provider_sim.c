@@ -6,9 +6,39 @@
  * It is the far end of notif_deliver's libcurl delivery path in the TAP
  * tests, the benchmarks and the demo.  It answers like a provider would,
  * injects faults (held requests that time out, connection resets, 4xx,
- * 429 and 5xx answers) at configurable rates or on request through
- * X-Sim-* headers, and keeps a ledger of what it received and what it
- * "delivered" (acted upon) per idempotency key, read at GET /ledger.
+ * 429 and 5xx answers, 301/302/307 redirects) at configurable rates or on
+ * request through X-Sim-* headers, and keeps a ledger of what it received
+ * and what it "delivered" (acted upon) per idempotency key, read at GET
+ * /ledger.
+ *
+ * Every counted request (any path but the control endpoints) is also kept
+ * as its key's last request, replacing the one before: method, target,
+ * headers as received and the decoded body (the first 64 KB of it).  GET
+ * /last?key=K (K URL-encoded; the ledger's spelling or the raw header
+ * value) answers 404 for an unknown key, else text/plain:
+ *
+ *     method POST
+ *     target /send?x=1
+ *     header Content-Type: application/json
+ *     header Idempotency-Key: otp:1:a
+ *     body-length 42
+ *
+ *     {"to":"+15550100","text":"your code 1234"}
+ *
+ * that is "target" with the path and query as received, one "header" line
+ * per header in received order (the value without blanks around it),
+ * "body-length" with the bytes received (after de-chunking), then, only
+ * for bodies over 64 KB, "body-truncated-to 65536"; an empty line; the
+ * (kept) body bytes verbatim.  This costs memory per key, on top of the
+ * ledger entry: the head and the body, a few hundred bytes for a typical
+ * request.  /stats counts 3xx answers in status_3xx.
+ *
+ * X-Sim-Fault: 301|302|307 answers that status, not delivered, with an
+ * empty body and Location: http://127.0.0.1:PORT/redirected (the address
+ * and port the connection came in on).  /redirected is an ordinary path,
+ * counted like any other, where redirect faults are ignored (a client that
+ * follows gets the normal answer, not a loop): a followed redirect shows
+ * as a second receipt of the key, whose last target is /redirected.
  *
  * Design: only libc.  One epoll event loop per thread over non-blocking
  * sockets; per-connection timers (answer latency, held requests, lingering
@@ -58,6 +88,7 @@
 #define MAX_EVENTS			256
 #define ACCEPT_BATCH		64
 #define MAX_THREADS			64
+#define MAX_LAST_BODY		(64 * 1024)			/* body bytes kept by /last */
 
 /* ----------------------------------------------------------------
  * Growable byte buffers
@@ -223,6 +254,22 @@ wall_us(void)
  * Ledger: per-key counts in an open-addressing (linear probing) table
  * ----------------------------------------------------------------
  */
+
+/*
+ * The most recent request of a key, for GET /last: its head exactly as
+ * received (request line and header lines, up to the empty line), then
+ * the first body_stored bytes of its decoded body, in one allocation that
+ * the next request of the key reuses when it fits.
+ */
+typedef struct LastRequest
+{
+	size_t		cap;			/* bytes allocated for data */
+	size_t		head_len;
+	size_t		body_stored;	/* at most MAX_LAST_BODY */
+	size_t		body_len;		/* as received */
+	char		data[];
+} LastRequest;
+
 typedef struct LedgerEntry
 {
 	uint64_t	hash;			/* hash of the key */
@@ -234,6 +281,7 @@ typedef struct LedgerEntry
 	uint64_t   *more_hashes;	/* further distinct body hashes */
 	uint32_t	n_more;
 	uint32_t	cap_more;
+	LastRequest *last;			/* NULL until a request is recorded */
 	size_t		keylen;
 	char		key[];
 } LedgerEntry;
@@ -272,6 +320,7 @@ ledger_free(Ledger *l)
 		if (l->slots[i])
 		{
 			free(l->slots[i]->more_hashes);
+			free(l->slots[i]->last);
 			free(l->slots[i]);
 		}
 	}
@@ -302,19 +351,41 @@ ledger_grow(Ledger *l)
 	l->cap = newcap;
 }
 
+/*
+ * The slot of a key: where its entry is, or the empty slot where it would
+ * go.  hash is fnv1a() of the key.
+ */
+static size_t
+ledger_slot(const Ledger *l, const char *key, size_t keylen, uint64_t hash)
+{
+	size_t		i;
+	const LedgerEntry *e;
+
+	for (i = mix64(hash) & (l->cap - 1); (e = l->slots[i]) != NULL; i = (i + 1) & (l->cap - 1))
+	{
+		if (e->hash == hash && e->keylen == keylen && memcmp(e->key, key, keylen) == 0)
+			break;
+	}
+	return i;
+}
+
+/* the entry of a key, or NULL */
+static LedgerEntry *
+ledger_find(const Ledger *l, const char *key, size_t keylen)
+{
+	return l->slots[ledger_slot(l, key, keylen, fnv1a(key, keylen))];
+}
+
 /* find the entry of a key, creating it when new */
 static LedgerEntry *
 ledger_get(Ledger *l, const char *key, size_t keylen)
 {
 	uint64_t	hash = fnv1a(key, keylen);
-	size_t		i;
-	LedgerEntry *e;
+	size_t		i = ledger_slot(l, key, keylen, hash);
+	LedgerEntry *e = l->slots[i];
 
-	for (i = mix64(hash) & (l->cap - 1); (e = l->slots[i]) != NULL; i = (i + 1) & (l->cap - 1))
-	{
-		if (e->hash == hash && e->keylen == keylen && memcmp(e->key, key, keylen) == 0)
-			return e;
-	}
+	if (e != NULL)
+		return e;
 	e = xcalloc(1, sizeof(LedgerEntry) + keylen + 1);
 	e->hash = hash;
 	e->keylen = keylen;
@@ -358,6 +429,57 @@ ledger_receive(Ledger *l, const char *key, size_t keylen, uint64_t body_hash)
 	e->last_us = now;
 	ledger_note_body(e, body_hash);
 	return e;
+}
+
+/*
+ * Keep a copy of a request as the key's last one: its head (request line
+ * and headers as received) and its decoded body, cut at MAX_LAST_BODY.
+ */
+static void
+ledger_record_last(LedgerEntry *e, const char *head, size_t head_len,
+				   const char *body, size_t body_len)
+{
+	size_t		stored = body_len < MAX_LAST_BODY ? body_len : MAX_LAST_BODY;
+	size_t		need = head_len + stored;
+	LastRequest *last = e->last;
+
+	/* reuse the allocation unless too small, or much too large */
+	if (last == NULL || last->cap < need || last->cap - need > 4096)
+	{
+		last = xrealloc(last, sizeof(LastRequest) + need);
+		last->cap = need;
+		e->last = last;
+	}
+	last->head_len = head_len;
+	last->body_stored = stored;
+	last->body_len = body_len;
+	memcpy(last->data, head, head_len);
+	if (stored > 0)
+		memcpy(last->data + head_len, body, stored);
+}
+
+/*
+ * Append a raw key as a ledger key: bytes that would break the ledger's
+ * line format (controls, space, DEL) are written as %XX.  Escaping an
+ * escaped key changes nothing.
+ */
+static void
+ledger_key_escape(const char *raw, size_t n, Buf *key)
+{
+	buf_reserve(key, n * 3);
+	for (size_t i = 0; i < n; i++)
+	{
+		unsigned char ch = raw[i];
+
+		if (ch <= ' ' || ch == 0x7f)
+		{
+			key->data[key->len++] = '%';
+			key->data[key->len++] = "0123456789ABCDEF"[ch >> 4];
+			key->data[key->len++] = "0123456789ABCDEF"[ch & 15];
+		}
+		else
+			key->data[key->len++] = ch;
+	}
 }
 
 /* one line per key: key received delivered distinct_bodies first_us last_us */
@@ -404,6 +526,7 @@ typedef struct SimStats
 	uint64_t	timeouts;
 	uint64_t	resets;
 	uint64_t	status_2xx;
+	uint64_t	status_3xx;
 	uint64_t	status_4xx;
 	uint64_t	status_429;
 	uint64_t	status_5xx;
@@ -477,7 +600,8 @@ typedef enum Endpoint
 	EP_STATS,
 	EP_RESET,
 	EP_CONFIG,
-	EP_HEALTH
+	EP_HEALTH,
+	EP_LAST
 } Endpoint;
 
 typedef enum Method
@@ -519,6 +643,7 @@ typedef struct Request
 	bool		http10;
 	Method		method;
 	Endpoint	endpoint;
+	bool		redirected;		/* path is /redirected */
 	size_t		query_off;
 	size_t		query_len;
 	bool		has_key;
@@ -608,6 +733,7 @@ typedef struct Worker
 } Worker;
 
 static Source listen_src = {SRC_LISTENER, -1};
+static int	listen_port;		/* the port bound, also with --port 0 */
 static Source signal_src = {SRC_SIGNAL, -1};
 static int	spare_fd = -1;
 
@@ -833,6 +959,12 @@ status_reason(int status)
 	{
 		case 200:
 			return "OK";
+		case 301:
+			return "Moved Permanently";
+		case 302:
+			return "Found";
+		case 307:
+			return "Temporary Redirect";
 		case 400:
 			return "Bad Request";
 		case 404:
@@ -862,14 +994,20 @@ status_reason(int status)
 
 /*
  * Append a complete response.  r gives the connection handling and HEAD;
- * without r (malformed request) the connection is closed.
+ * without r (malformed request) the connection is closed.  ctype and
+ * location may be NULL: no such header.
  */
 static void
 append_response(Buf *out, const Request *r, int status, const char *ctype,
-				const char *body, size_t body_len, int retry_after)
+				const char *body, size_t body_len, int retry_after,
+				const char *location)
 {
-	buf_printf(out, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n",
-			   status, status_reason(status), ctype, body_len);
+	buf_printf(out, "HTTP/1.1 %d %s\r\n", status, status_reason(status));
+	if (ctype != NULL)
+		buf_printf(out, "Content-Type: %s\r\n", ctype);
+	buf_printf(out, "Content-Length: %zu\r\n", body_len);
+	if (location != NULL)
+		buf_printf(out, "Location: %s\r\n", location);
 	if (retry_after >= 0)
 		buf_printf(out, "Retry-After: %d\r\n", retry_after);
 	if (r == NULL || !r->keep_alive)
@@ -884,7 +1022,7 @@ append_response(Buf *out, const Request *r, int status, const char *ctype,
 static void
 append_text(Buf *out, const Request *r, int status, const char *text)
 {
-	append_response(out, r, status, "text/plain", text, strlen(text), -1);
+	append_response(out, r, status, "text/plain", text, strlen(text), -1, NULL);
 }
 
 /* malformed or unacceptable request: answer and close */
@@ -922,6 +1060,12 @@ request_init(Request *r)
 	r->retry_after = -1;
 	r->fail_first = -1;
 	r->deliver = -1;
+}
+
+static bool
+is_redirect(int status)
+{
+	return status == 301 || status == 302 || status == 307;
 }
 
 static bool
@@ -975,7 +1119,7 @@ parse_fault(Request *r, const char *v, size_t n)
 		{"reset", FAULT_RESET},
 		{"reset_delivered", FAULT_RESET_DELIVERED},
 	};
-	static const int statuses[] = {400, 408, 429, 500, 502, 503, 504};
+	static const int statuses[] = {301, 302, 307, 400, 408, 429, 500, 502, 503, 504};
 	int64_t		status;
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
@@ -1092,25 +1236,35 @@ apply_header(Request *r, const char *base, const char *name, size_t nlen,
 	return true;
 }
 
+/* the value of a header line after its colon, without blanks around it */
+static const char *
+header_value(const char *colon, const char *end, size_t *vlen)
+{
+	const char *val = colon + 1;
+
+	while (val < end && (*val == ' ' || *val == '\t'))
+		val++;
+	while (end > val && (end[-1] == ' ' || end[-1] == '\t'))
+		end--;
+	*vlen = end - val;
+	return val;
+}
+
 /* "Name: value" without its line end */
 static bool
 parse_header_line(Request *r, const char *base, const char *line, size_t len)
 {
 	const char *colon = memchr(line, ':', len);
 	const char *val;
-	const char *end = line + len;
+	size_t		vlen;
 
 	if (colon == NULL || colon == line)
 		return false;
 	for (const char *p = line; p < colon; p++)
 		if (*p <= ' ' || *p >= 0x7f)
 			return false;		/* also rejects obsolete line folding */
-	val = colon + 1;
-	while (val < end && (*val == ' ' || *val == '\t'))
-		val++;
-	while (end > val && (end[-1] == ' ' || end[-1] == '\t'))
-		end--;
-	return apply_header(r, base, line, colon - line, val, end - val);
+	val = header_value(colon, line + len, &vlen);
+	return apply_header(r, base, line, colon - line, val, vlen);
 }
 
 static Endpoint
@@ -1126,6 +1280,8 @@ classify_path(const char *p, size_t n)
 		return EP_CONFIG;
 	if (token_eq(p, n, "/health"))
 		return EP_HEALTH;
+	if (token_eq(p, n, "/last"))
+		return EP_LAST;
 	return EP_SIM;
 }
 
@@ -1164,6 +1320,7 @@ parse_request_line(Request *r, const char *base, const char *line, size_t len)
 		r->query_len = sp2 - (qmark + 1);
 	}
 	r->endpoint = classify_path(target, (qmark ? qmark : sp2) - target);
+	r->redirected = token_eq(target, (qmark ? qmark : sp2) - target, "/redirected");
 	return true;
 }
 
@@ -1259,6 +1416,9 @@ parse_head(Conn *c, int *status)
 	}
 	if (r->chunked && r->content_length >= 0)
 		return PARSE_ERROR;
+	/* a redirect that was followed is answered like any request */
+	if (r->redirected && r->fault == FAULT_STATUS && is_redirect(r->fault_status))
+		r->fault = FAULT_RANDOM;
 	if (r->content_length > MAX_BODY_SIZE)
 	{
 		*status = 413;
@@ -1585,11 +1745,12 @@ format_stats(Buf *out)
 
 	buf_printf(out,
 			   "requests %" PRIu64 "\ndelivered %" PRIu64 "\ntimeouts %" PRIu64 "\n"
-			   "resets %" PRIu64 "\nstatus_2xx %" PRIu64 "\nstatus_4xx %" PRIu64 "\n"
+			   "resets %" PRIu64 "\nstatus_2xx %" PRIu64 "\nstatus_3xx %" PRIu64 "\n"
+			   "status_4xx %" PRIu64 "\n"
 			   "status_429 %" PRIu64 "\nstatus_5xx %" PRIu64 "\ninflight %" PRId64 "\n"
 			   "connections_open %" PRId64 "\nkeys %zu\nmalformed %" PRIu64 "\n",
 			   s->requests, s->delivered, s->timeouts, s->resets, s->status_2xx,
-			   s->status_4xx, s->status_429, s->status_5xx, s->inflight,
+			   s->status_3xx, s->status_4xx, s->status_429, s->status_5xx, s->inflight,
 			   s->connections_open, sim.ledger.count, s->malformed);
 }
 
@@ -1604,6 +1765,167 @@ sim_reset(void)
 	memset(&sim.stats, 0, sizeof(sim.stats));
 	sim.stats.inflight = kept.inflight;
 	sim.stats.connections_open = kept.connections_open;
+}
+
+static int
+hex_digit(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;
+}
+
+/* append the URL-decoded (%XX and +) s to out; false on a bad %XX */
+static bool
+url_decode(const char *s, size_t n, Buf *out)
+{
+	buf_reserve(out, n);
+	for (size_t i = 0; i < n; i++)
+	{
+		if (s[i] == '%')
+		{
+			int			hi,
+						lo;
+
+			if (i + 2 >= n)
+				return false;
+			hi = hex_digit(s[i + 1]);
+			lo = hex_digit(s[i + 2]);
+			if (hi < 0 || lo < 0)
+				return false;
+			out->data[out->len++] = (char) (hi * 16 + lo);
+			i += 2;
+		}
+		else
+			out->data[out->len++] = s[i] == '+' ? ' ' : s[i];
+	}
+	return true;
+}
+
+/*
+ * The URL-decoded value of the first parameter called name in a query
+ * string, appended to out: 1 found, 0 absent, -1 badly encoded.
+ */
+static int
+query_param(const char *q, size_t qlen, const char *name, Buf *out)
+{
+	size_t		nlen = strlen(name);
+	const char *p = q,
+			   *end = q + qlen;
+
+	while (p < end)
+	{
+		const char *amp = memchr(p, '&', end - p);
+		const char *pair_end = amp ? amp : end;
+		const char *eq = memchr(p, '=', pair_end - p);
+		const char *name_end = eq ? eq : pair_end;
+
+		if ((size_t) (name_end - p) == nlen && memcmp(p, name, nlen) == 0)
+		{
+			const char *val = eq ? eq + 1 : pair_end;
+
+			return url_decode(val, pair_end - val, out) ? 1 : -1;
+		}
+		p = amp ? amp + 1 : end;
+	}
+	return 0;
+}
+
+/*
+ * The text of GET /last: "method M", "target T", a "header Name: value"
+ * line per header in received order, "body-length N" (as received),
+ * "body-truncated-to N" when only the first N bytes were kept, an empty
+ * line, then the (kept) body bytes.
+ */
+static void
+format_last(const LastRequest *last, Buf *out)
+{
+	const char *head = last->data;
+	const char *end = head + last->head_len;
+	const char *next,
+			   *p,
+			   *sp1,
+			   *sp2;
+	size_t		len = line_length(head, end, &next);
+
+	/* the request line was checked when the request was parsed */
+	sp1 = memchr(head, ' ', len);
+	sp2 = memchr(sp1 + 1, ' ', head + len - (sp1 + 1));
+	buf_puts(out, "method ");
+	buf_append(out, head, sp1 - head);
+	buf_puts(out, "\ntarget ");
+	buf_append(out, sp1 + 1, sp2 - (sp1 + 1));
+	buf_puts(out, "\n");
+	for (p = next; p < end; p = next)
+	{
+		const char *colon,
+				   *val;
+		size_t		vlen;
+
+		len = line_length(p, end, &next);
+		if (len == 0)
+			break;
+		colon = memchr(p, ':', len);
+		val = header_value(colon, p + len, &vlen);
+		buf_puts(out, "header ");
+		buf_append(out, p, colon - p);
+		buf_puts(out, ": ");
+		buf_append(out, val, vlen);
+		buf_puts(out, "\n");
+	}
+	buf_printf(out, "body-length %zu\n", last->body_len);
+	if (last->body_stored < last->body_len)
+		buf_printf(out, "body-truncated-to %zu\n", last->body_stored);
+	buf_puts(out, "\n");
+	buf_append(out, last->data + last->head_len, last->body_stored);
+}
+
+/*
+ * GET /last?key=K, under sim.lock.  K is URL-decoded, then escaped like a
+ * key header, so that both the ledger's spelling of a key and the raw
+ * header value find it.  Returns the status.
+ */
+static int
+handle_last(Conn *c, Buf *text)
+{
+	Request    *r = &c->req;
+	Buf			raw = {0};
+	Buf		   *key = &c->worker->keybuf;
+	LedgerEntry *e;
+	int			found;
+	int			status = 200;
+
+	key->len = 0;
+	found = query_param(c->in.data + r->query_off, r->query_len, "key", &raw);
+	if (found < 0)
+	{
+		buf_puts(text, "bad %XX in the key parameter\n");
+		status = 400;
+	}
+	else if (found == 0 || raw.len == 0)
+	{
+		buf_puts(text, "missing key parameter\n");
+		status = 400;
+	}
+	else
+	{
+		ledger_key_escape(raw.data, raw.len, key);
+		e = ledger_find(&sim.ledger, key->data, key->len);
+		if (e == NULL || e->last == NULL)
+		{
+			buf_puts(text, "unknown key\n");
+			status = 404;
+		}
+		else
+			format_last(e->last, text);
+	}
+	buf_free(&raw);
+	buf_clear(key);
+	return status;
 }
 
 static bool
@@ -1641,6 +1963,9 @@ handle_control(Conn *c)
 		case EP_STATS:
 			format_stats(text);
 			break;
+		case EP_LAST:
+			status = handle_last(c, text);
+			break;
 		case EP_RESET:
 			sim_reset();
 			buf_puts(text, "ok\n");
@@ -1665,7 +1990,7 @@ handle_control(Conn *c)
 	}
 	sim_unlock();
 	append_response(&c->out, r, status, "text/plain", text->data ? text->data : "",
-					text->len, -1);
+					text->len, -1, NULL);
 	buf_clear(text);
 }
 
@@ -1791,6 +2116,8 @@ count_outcome(const Outcome *o)
 		s->resets++;
 	else if (o->status < 300)
 		s->status_2xx++;
+	else if (o->status < 400)
+		s->status_3xx++;
 	else if (o->status == 429)
 		s->status_429++;
 	else if (o->status < 500)
@@ -1802,9 +2129,9 @@ count_outcome(const Outcome *o)
 /*
  * Record a received request in the ledger and decide what happens to it.
  * Runs under sim.lock.  With --idempotency a key delivered before is not
- * delivered again, whatever the outcome.
+ * delivered again, whatever the outcome.  Returns the key's entry.
  */
-static void
+static LedgerEntry *
 record_and_decide(const Request *r, const char *key, size_t keylen,
 				  uint64_t body_hash, Outcome *o, int *delay_ms, int *hold_ms)
 {
@@ -1826,12 +2153,12 @@ record_and_decide(const Request *r, const char *key, size_t keylen,
 	count_outcome(o);
 	*delay_ms = r->latency_ms >= 0 ? r->latency_ms : cfg->latency_ms;
 	*hold_ms = cfg->hold_ms;
+	return e;
 }
 
 /*
- * The ledger key of a request: its key header, with bytes that would break
- * the ledger's line format (controls, space, DEL) written as %XX; else
- * "body:" and the body hash.
+ * The ledger key of a request: its key header, escaped by ledger_key_escape();
+ * else "body:" and the body hash.
  */
 static void
 request_key(Conn *c, uint64_t body_hash, Buf *key)
@@ -1840,32 +2167,66 @@ request_key(Conn *c, uint64_t body_hash, Buf *key)
 
 	key->len = 0;
 	if (!r->has_key)
-	{
 		buf_printf(key, "body:%016" PRIx64, body_hash);
-		return;
-	}
-	buf_reserve(key, r->key_len * 3);
-	for (size_t i = 0; i < r->key_len; i++)
-	{
-		unsigned char ch = c->in.data[r->key_off + i];
-
-		if (ch <= ' ' || ch == 0x7f)
-		{
-			key->data[key->len++] = '%';
-			key->data[key->len++] = "0123456789ABCDEF"[ch >> 4];
-			key->data[key->len++] = "0123456789ABCDEF"[ch & 15];
-		}
-		else
-			key->data[key->len++] = ch;
-	}
+	else
+		ledger_key_escape(c->in.data + r->key_off, r->key_len, key);
 }
 
-/* the JSON answer of the simulated provider */
+/*
+ * Where a redirect fault sends the client: /redirected on the address and
+ * port the connection came in on (http://127.0.0.1:PORT/redirected with
+ * the default --bind).
+ */
+static void
+redirect_location(Conn *c, char *loc, size_t size)
+{
+	struct sockaddr_storage ss;
+	socklen_t	sslen = sizeof(ss);
+	char		addr[INET6_ADDRSTRLEN] = "127.0.0.1";
+	int			port = listen_port;
+
+	if (getsockname(c->src.fd, (struct sockaddr *) &ss, &sslen) == 0)
+	{
+		if (ss.ss_family == AF_INET)
+		{
+			struct sockaddr_in *sin = (struct sockaddr_in *) &ss;
+
+			inet_ntop(AF_INET, &sin->sin_addr, addr, sizeof(addr));
+			port = ntohs(sin->sin_port);
+		}
+		else if (ss.ss_family == AF_INET6)
+		{
+			struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *) &ss;
+
+			port = ntohs(sin6->sin6_port);
+			if (IN6_IS_ADDR_V4MAPPED(&sin6->sin6_addr))
+				inet_ntop(AF_INET, &sin6->sin6_addr.s6_addr[12], addr, sizeof(addr));
+			else
+			{
+				inet_ntop(AF_INET6, &sin6->sin6_addr, addr, sizeof(addr));
+				snprintf(loc, size, "http://[%s]:%d/redirected", addr, port);
+				return;
+			}
+		}
+	}
+	snprintf(loc, size, "http://%s:%d/redirected", addr, port);
+}
+
+/* the answer of the simulated provider: JSON, or an empty redirect */
 static void
 build_sim_answer(Conn *c, const Outcome *o, const char *key, size_t keylen)
 {
 	Buf		   *body = &c->worker->scratch;
 
+	c->pending.len = 0;
+	if (is_redirect(o->status))
+	{
+		char		location[INET6_ADDRSTRLEN + 32];
+
+		redirect_location(c, location, sizeof(location));
+		append_response(&c->pending, &c->req, o->status, NULL, "", 0, -1, location);
+		return;
+	}
 	body->len = 0;
 	if (o->status == 200)
 		buf_puts(body, "{\"status\":\"accepted\",\"key\":\"");
@@ -1878,9 +2239,8 @@ build_sim_answer(Conn *c, const Outcome *o, const char *key, size_t keylen)
 		buf_append(body, key + i, 1);
 	}
 	buf_puts(body, "\"}");
-	c->pending.len = 0;
 	append_response(&c->pending, &c->req, o->status, "application/json",
-					body->data, body->len, o->retry_after);
+					body->data, body->len, o->retry_after, NULL);
 	buf_clear(body);
 }
 
@@ -1905,6 +2265,7 @@ simulate(Conn *c, const char *body, size_t body_len)
 {
 	Request    *r = &c->req;
 	Buf		   *key = &c->worker->keybuf;
+	LedgerEntry *e;
 	uint64_t	hash;
 	Outcome		o;
 	int			delay_ms,
@@ -1917,7 +2278,8 @@ simulate(Conn *c, const char *body, size_t body_len)
 	request_key(c, hash, key);
 
 	sim_lock();
-	record_and_decide(r, key->data, key->len, hash, &o, &delay_ms, &hold_ms);
+	e = record_and_decide(r, key->data, key->len, hash, &o, &delay_ms, &hold_ms);
+	ledger_record_last(e, c->in.data, r->head_len, body, body_len);
 	sim_unlock();
 
 	if (o.action == ACT_RESPOND)
@@ -2284,10 +2646,19 @@ usage(FILE *f)
 			"  --ledger-file PATH  write the ledger there on SIGTERM/SIGINT\n"
 			"  --threads N         event loops (default 1)\n\n"
 			"Request headers: X-Sim-Fault: ok|timeout|timeout_delivered|reset|\n"
-			"reset_delivered|400|408|429|500|502|503|504, X-Sim-Deliver: 0|1,\n"
-			"X-Sim-Latency-Ms: N, X-Sim-Retry-After: S, X-Sim-Fail-First: N.\n"
+			"reset_delivered|301|302|307|400|408|429|500|502|503|504,\n"
+			"X-Sim-Deliver: 0|1, X-Sim-Latency-Ms: N, X-Sim-Retry-After: S,\n"
+			"X-Sim-Fail-First: N.  301|302|307 answer Location:\n"
+			"http://127.0.0.1:PORT/redirected (address and port of the connection),\n"
+			"empty body, not delivered; /redirected is counted like any path and\n"
+			"ignores redirect faults.\n"
 			"Control: GET /ledger, /stats, /health, /config?name=value&...,\n"
-			"GET or POST /reset.\n");
+			"/last?key=K, GET or POST /reset.\n"
+			"GET /last?key=K (K URL-decoded; %%XX and +): the last request of a key,\n"
+			"404 when unknown.  text/plain: \"method M\", \"target T\" (path and query\n"
+			"as received), \"header Name: value\" per header in received order,\n"
+			"\"body-length N\" (received), \"body-truncated-to 65536\" when longer than\n"
+			"64 KB, an empty line, then the (de-chunked) body bytes verbatim.\n");
 }
 
 __attribute__((noreturn))
@@ -2470,10 +2841,10 @@ open_listener(void)
 		inet_ntop(AF_INET6, &((struct sockaddr_in6 *) &ss)->sin6_addr, addr, sizeof(addr));
 	else
 		inet_ntop(AF_INET, &((struct sockaddr_in *) &ss)->sin_addr, addr, sizeof(addr));
+	listen_port = ntohs(v6 ? ((struct sockaddr_in6 *) &ss)->sin6_port :
+						((struct sockaddr_in *) &ss)->sin_port);
 	fprintf(stderr, v6 ? "provider_sim listening on [%s]:%d\n" :
-			"provider_sim listening on %s:%d\n",
-			addr, ntohs(v6 ? ((struct sockaddr_in6 *) &ss)->sin6_port :
-						((struct sockaddr_in *) &ss)->sin_port));
+			"provider_sim listening on %s:%d\n", addr, listen_port);
 	return fd;
 }
 

@@ -156,6 +156,36 @@ flt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
 
 accepted() { printf '{"status":"accepted","key":"%s"}' "$1"; }
 
+# last QUERY_VALUE: GET /last?key=QUERY_VALUE into $TMP/last, print the status
+last() { curl -s -o "$TMP/last" -w '%{http_code}' "$BASE/last?key=$1"; }
+
+# the meta lines of $TMP/last (before the empty line), and its body bytes
+last_meta() { sed -n '/^$/q;p' "$TMP/last"; }
+last_body()
+{
+	local n
+	n=$(sed '/^$/q' "$TMP/last" | wc -c)
+	tail -c +$((n + 1)) "$TMP/last"
+}
+
+# last_line QUERY_VALUE FIELD: the value of the first "FIELD ..." meta line
+last_line()
+{
+	last "$1" >/dev/null
+	last_meta | awk -v f="$2" '$1 == f { sub(/^[^ ]* /, ""); print; exit }'
+}
+
+# same FILE EXPECTED_FILE NAME: byte for byte equal
+same()
+{
+	if cmp -s "$1" "$2"; then
+		pass "$3"
+	else
+		fail "$3"
+		cmp "$1" "$2" 2>&1 | sed 's/^/#   /'
+	fi
+}
+
 # ---------------------------------------------------------------- basics
 
 start_sim
@@ -277,17 +307,114 @@ like "$(raw 'POST /send HTTP/1.1\r\nContent-Length: abc\r\n\r\n')" '^HTTP/1.1 40
 like "$(raw 'POST /send HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n')" '^HTTP/1.1 400 ' "Content-Length with chunked: 400"
 like "$(raw 'POST /send HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n')" '^HTTP/1.1 400 ' "bad chunk size: 400"
 like "$(raw 'GET /send HTTP/1.1\r\nX-Sim-Fault: explode\r\n\r\n')" '^HTTP/1.1 400 ' "unknown X-Sim-Fault: 400"
+like "$(raw 'GET /send HTTP/1.1\r\nX-Sim-Fault: 303\r\n\r\n')" '^HTTP/1.1 400 ' "X-Sim-Fault: 303 (not simulated): 400"
 like "$(raw 'GET /send HTTP/1.1\r\nbad header\r\n\r\n')" '^HTTP/1.1 400 ' "header without colon: 400"
 like "$(raw 'POST /send HTTP/1.1\r\nContent-Length: 999999999999\r\n\r\n')" '^HTTP/1.1 413 ' "huge Content-Length: 413"
-is "$(stat malformed)" $((m0 + 7)) "malformed requests counted as malformed"
+is "$(stat malformed)" $((m0 + 8)) "malformed requests counted as malformed"
 is "$(stat requests)" "$r0" "... and not as requests"
 is "$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$BASE/ledger")" 405 "wrong method on a control endpoint: 405"
+
+# ---------------------------------------------------------------- last request per key (GET /last)
+
+# a hand-made request: the exact text of /last
+b='{"to":"+15550100","text":"your code 1234"}'
+raw "POST /send?x=1&y=%C3%A9 HTTP/1.1\r\nHost: sim\r\nContent-Type: application/json\r\nIdempotency-Key: otp:1:a\r\nX-Note:   café \t\r\nx-lower:v\r\nX-Empty:\r\nContent-Length: ${#b}\r\nConnection: close\r\n\r\n$b" >/dev/null
+printf 'method POST\ntarget /send?x=1&y=%%C3%%A9\nheader Host: sim\nheader Content-Type: application/json\nheader Idempotency-Key: otp:1:a\nheader X-Note: café\nheader x-lower: v\nheader X-Empty: \nheader Content-Length: %d\nheader Connection: close\nbody-length %d\n\n%s' \
+	"${#b}" "${#b}" "$b" >"$TMP/expected"
+is "$(last otp%3A1%3Aa)" 200 "GET /last?key=otp%3A1%3Aa: 200"
+same "$TMP/last" "$TMP/expected" "... method, target, headers in order (values trimmed), body-length, body: exact"
+curl -s -D "$TMP/h" -o /dev/null "$BASE/last?key=otp:1:a"
+like "$(tr -d '\r' <"$TMP/h")" '^Content-Type: text/plain$' "... as text/plain"
+is "$(last otp:1:a)" 200 "the key parameter need not be encoded"
+
+# bodies come back byte for byte
+printf '{"text":"Xin chào — 你好 🎉","to":"+84901234567"}' >"$TMP/utf8"
+code -H 'Idempotency-Key: l-utf8' -H 'Content-Type: application/json; charset=utf-8' --data-binary @"$TMP/utf8" >/dev/null
+is "$(last l-utf8)" 200 "UTF-8 body recorded"
+last_body >"$TMP/got"
+same "$TMP/got" "$TMP/utf8" "... and returned byte for byte"
+is "$(last_line l-utf8 body-length)" "$(wc -c <"$TMP/utf8")" "... body-length counts bytes"
+like "$(last_meta)" '^header Content-Type: application/json; charset=utf-8$' "... with its Content-Type"
+
+printf 'text=hello+world+%%26+more&to=%%2B15550100&note=Xin+ch%%C3%%A0o&empty=' >"$TMP/form"
+code -H 'Idempotency-Key: l-form' -d @"$TMP/form" >/dev/null
+last l-form >/dev/null
+last_body >"$TMP/got"
+same "$TMP/got" "$TMP/form" "form-urlencoded body returned as sent (not decoded)"
+like "$(last_meta)" '^header Content-Type: application/x-www-form-urlencoded$' "... with its Content-Type"
+like "$(last_meta)" '^method POST$' "... method POST"
+
+head -c 3000 /dev/urandom >"$TMP/bin"
+printf '\r\n\r\n\n' >>"$TMP/bin"
+code -H 'Idempotency-Key: l-bin' --data-binary @"$TMP/bin" >/dev/null
+last l-bin >/dev/null
+last_body >"$TMP/got"
+same "$TMP/got" "$TMP/bin" "binary body ending in CRLFs returned byte for byte"
+code -H 'Idempotency-Key: l-bin' -H 'Transfer-Encoding: chunked' --data-binary @"$TMP/bin" >/dev/null
+last l-bin >/dev/null
+last_body >"$TMP/got"
+same "$TMP/got" "$TMP/bin" "chunked body returned de-chunked"
+like "$(last_meta)" '^header Transfer-Encoding: chunked$' "... with its Transfer-Encoding header"
+
+curl -s -o /dev/null -H 'Idempotency-Key: l-get' "$BASE/send?to=%2B1+555&msg=h%C3%A9llo&empty=&flag"
+last l-get >/dev/null
+like "$(last_meta)" '^method GET$' "GET recorded: method GET"
+is "$(last_line l-get target)" '/send?to=%2B1+555&msg=h%C3%A9llo&empty=&flag' "... target with the query string as sent"
+like "$(last_meta)" '^body-length 0$' "... body-length 0"
+is "$(last_body | wc -c)" 0 "... empty body"
+like "$(tail -c 2 "$TMP/last" | od -An -c | tr -d ' ')" '^\\n\\n$' "... the text ends with the empty line"
+
+code -H 'Idempotency-Key: l-2' --data-binary 'first' >/dev/null
+code -H 'Idempotency-Key: l-2' -H 'X-Two: 2' --data-binary 'second!' >/dev/null
+last l-2 >/dev/null
+is "$(last_body)" 'second!' "only the most recent request of a key is kept"
+like "$(last_meta)" '^header X-Two: 2$' "... with its headers"
+like "$(last_meta)" '^body-length 7$' "... and its length"
+
+# bodies are kept up to 64 KB
+code -H 'Idempotency-Key: l-big' --data-binary @"$TMP/big" >/dev/null
+last l-big >/dev/null
+like "$(last_meta)" '^body-length 1500000$' "1.5 MB body: body-length as received"
+like "$(last_meta)" '^body-truncated-to 65536$' "... body-truncated-to 65536"
+head -c 65536 "$TMP/big" >"$TMP/b64k"
+last_body >"$TMP/got"
+same "$TMP/got" "$TMP/b64k" "... followed by its first 65536 bytes"
+code -H 'Idempotency-Key: l-64k' --data-binary @"$TMP/b64k" >/dev/null
+last l-64k >/dev/null
+OK_NAME="a body of exactly 64 KB is not truncated"
+ok test -z "$(last_meta | grep body-truncated)"
+last_body >"$TMP/got"
+same "$TMP/got" "$TMP/b64k" "... and comes back whole"
+
+# the key parameter: URL-decoded, then spelled like the ledger spells keys
+code -H 'Idempotency-Key: a b+c' --data-binary 'k' >/dev/null
+is "$(ledger 'a%20b+c')" "1 1 1" "a key with a blank and a plus"
+is "$(last 'a+b%2Bc')" 200 "... found by its raw value (+ and %XX decoded)"
+is "$(last 'a%2520b%2Bc')" 200 "... and by its ledger spelling"
+is "$(last 'a%20b+c')" 404 "... + in the parameter is a blank: a%20b+c is another key"
+body='{"to":"+1"}'
+code --data-binary "$body" >/dev/null
+is "$(last "body:$(fnv1a "$body")")" 200 "body-keyed request found by its body: key"
+is "$(last_body)" "$body" "... with its body"
+
+is "$(last nope)" 404 "unknown key: 404"
+is "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/last")" 400 "no key parameter: 400"
+is "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/last?key=")" 400 "empty key parameter: 400"
+is "$(last 'a%zz')" 400 "bad %XX: 400"
+is "$(last 'a%2')" 400 "cut %XX: 400"
+is "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/last?x=1&key=l-2")" 200 "key found among other parameters"
+is "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$BASE/last?key=l-2")" 405 "POST /last: 405"
+r0=$(stat requests)
+last l-2 >/dev/null
+is "$(stat requests)" "$r0" "/last is not counted"
+is "$(ledger l-2)" "2 2 2" "... and does not touch the ledger"
 
 # ---------------------------------------------------------------- faults by header
 
 is "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$BASE/reset")" 200 "POST /reset"
 is "$(curl -s "$BASE/ledger")" "" "... empties the ledger"
 is "$(stat keys)" 0 "... and the key count"
+is "$(last l-2)" 404 "... and the last requests"
 
 for s in 400 408 429 500 502 503 504; do
 	is "$(code -H "Idempotency-Key: f-$s" -H "X-Sim-Fault: $s" --data-binary x)" "$s" "X-Sim-Fault: $s answers $s"
@@ -298,6 +425,39 @@ is "$(ledger f-ok)" "1 1 1" "... delivered"
 is "$(code -H 'Idempotency-Key: f-502d' -H 'X-Sim-Fault: 502' -H 'X-Sim-Deliver: 1' --data-binary x)" 502 "502 with X-Sim-Deliver: 1"
 is "$(ledger f-502d)" "1 1 1" "... delivered"
 is "$(stat status_4xx) $(stat status_429) $(stat status_5xx) $(stat status_2xx)" "2 1 5 1" "status counters"
+
+# redirects: never delivered, and a client that follows one shows in the ledger
+for s in 301 302 307; do
+	st=$(curl -s -o "$TMP/b" -D "$TMP/h" -w '%{http_code}' -H "Idempotency-Key: rd-$s" \
+		-H "X-Sim-Fault: $s" --data-binary x "$BASE/send")
+	is "$st" "$s" "X-Sim-Fault: $s answers $s"
+	like "$(tr -d '\r' <"$TMP/h")" "^Location: http://127\.0\.0\.1:$PORT/redirected\$" "... with Location: http://127.0.0.1:$PORT/redirected"
+	like "$(tr -d '\r' <"$TMP/h")" '^Content-Length: 0$' "... Content-Length: 0"
+	is "$(wc -c <"$TMP/b")" 0 "... and an empty body"
+	is "$(ledger "rd-$s")" "1 0 1" "... not delivered"
+	is "$(last_line "rd-$s" target)" /send "... not followed by curl without -L"
+done
+is "$(stat status_3xx)" 3 "redirects counted in status_3xx"
+is "$(stat status_4xx)" 2 "... not in status_4xx"
+
+resp=$(curl -s -L -H 'Idempotency-Key: rd-f307' -H 'X-Sim-Fault: 307' --data-binary 'y' "$BASE/send")
+is "$resp" "$(accepted rd-f307)" "307 followed (curl -L): /redirected answers normally, despite X-Sim-Fault: 307"
+is "$(ledger rd-f307)" "2 1 1" "... the key is received twice, delivered once"
+is "$(last_line rd-f307 target)" /redirected "... its last request went to /redirected"
+is "$(last_body)" y "... with the body (307 keeps the POST)"
+curl -s -o /dev/null -L -H 'Idempotency-Key: rd-f302' -H 'X-Sim-Fault: 302' --data-binary 'y' "$BASE/send"
+is "$(ledger rd-f302)" "2 1 2" "302 followed by curl -L: received twice"
+is "$(last_line rd-f302 method) $(last_line rd-f302 target)" "GET /redirected" "... as a GET of /redirected"
+is "$(curl -s -o /dev/null -w '%{http_code}' -H 'Idempotency-Key: rd-direct' -H 'X-Sim-Fault: 500' "$BASE/redirected")" 500 \
+	"/redirected takes other faults"
+is "$(ledger rd-direct)" "1 0 1" "... and is counted like any path"
+is "$(code -H 'Idempotency-Key: rd-d' -H 'X-Sim-Fault: 301' -H 'X-Sim-Deliver: 1' --data-binary x)" 301 "301 with X-Sim-Deliver: 1"
+is "$(ledger rd-d)" "1 1 1" "... delivered"
+hdr=(-H 'Idempotency-Key: rd-ff' -H 'X-Sim-Fault: 302' -H 'X-Sim-Fail-First: 1' --data-binary x)
+is "$(code "${hdr[@]}") $(code "${hdr[@]}")" "302 200" "302 with X-Sim-Fail-First: 1"
+out=$(raw 'POST /send HTTP/1.1\r\nHost: x\r\nX-Sim-Fault: 302\r\nContent-Length: 1\r\n\r\naHEAD /send HTTP/1.1\r\nX-Sim-Fault: 307\r\n\r\nGET /health HTTP/1.1\r\nConnection: close\r\n\r\n')
+is "$(echo "$out" | grep -c '^Location: ')" 2 "redirects on a kept-alive connection (also HEAD)"
+like "$(echo "$out" | tail -1)" '^ok$' "... the next answer is intact"
 
 curl -s -o /dev/null -D "$TMP/h" -H 'X-Sim-Fault: 429' --data-binary x "$BASE/send"
 like "$(tr -d '\r' <"$TMP/h")" '^Retry-After: 1$' "429 has Retry-After: 1 by default"
@@ -318,6 +478,7 @@ kill "$bg" 2>/dev/null
 wait "$bg" 2>/dev/null
 OK_NAME="client gone: the held request is cleaned up"
 ok wait_stat inflight 0
+is "$(last_line to-bg target)" /send "held requests are recorded for /last"
 is "$(curl_rc -m 1 -H 'Idempotency-Key: to-1' -H 'X-Sim-Fault: timeout' --data-binary x)" 28 "X-Sim-Fault: timeout: the client times out"
 is "$(ledger to-1)" "1 0 1" "... not delivered"
 is "$(curl_rc -m 1 -H 'Idempotency-Key: to-2' -H 'X-Sim-Fault: timeout_delivered' --data-binary x)" 28 "timeout_delivered: the client times out"
@@ -326,6 +487,7 @@ is "$(stat timeouts)" $((t0 + 3)) "timeouts counted"
 
 is "$(curl_rc -H 'Idempotency-Key: rs-1' -H 'X-Sim-Fault: reset' --data-binary x)" 56 "X-Sim-Fault: reset: connection reset"
 is "$(ledger rs-1)" "1 0 1" "... not delivered"
+like "$(curl -s "$BASE/last?key=rs-1")" '^header X-Sim-Fault: reset$' "... but recorded for /last"
 is "$(curl_rc -H 'Idempotency-Key: rs-2' -H 'X-Sim-Fault: reset_delivered' --data-binary x)" 56 "reset_delivered: connection reset"
 is "$(ledger rs-2)" "1 1 1" "... delivered"
 is "$(curl_rc -H 'Idempotency-Key: rs-3' -H 'X-Sim-Fault: reset' -H 'Transfer-Encoding: chunked' --data-binary @"$TMP/big")" 56 "reset after a big chunked body"
@@ -435,7 +597,7 @@ code -H 'Idempotency-Key: s-4' -H 'X-Sim-Fault: 500' --data-binary x >/dev/null
 curl -s -o /dev/null "$BASE/health"
 curl -s -o /dev/null "$BASE/ledger"
 st=$(curl -s "$BASE/stats")
-for kv in 'requests 4' 'delivered 3' 'status_2xx 3' 'status_5xx 1' 'timeouts 0' 'resets 0' 'keys 4' 'inflight 0' 'connections_open 1'; do
+for kv in 'requests 4' 'delivered 3' 'status_2xx 3' 'status_3xx 0' 'status_5xx 1' 'timeouts 0' 'resets 0' 'keys 4' 'inflight 0' 'connections_open 1'; do
 	like "$st" "^$kv\$" "stats: $kv (control endpoints not counted)"
 done
 
