@@ -13,7 +13,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(new_node start_sim sim_get ledger ledger_key stats wait_until
-  job_row set_provider);
+  job_row set_provider last_request);
 
 # simulators started by this test, stopped when it ends
 my @sims;
@@ -111,6 +111,24 @@ sub ledger_key
 	my ($sim, $key) = @_;
 	my $e = ledger($sim)->{$key};
 	return $e ? "$e->{received} $e->{delivered} $e->{bodies}" : '0 0 0';
+}
+
+# The last request the simulator got for a key:
+# { method, target, headers => [ "Name: value", ... ], body }
+sub last_request
+{
+	my ($sim, $key) = @_;
+	(my $enc = $key) =~ s/([^A-Za-z0-9._~-])/sprintf('%%%02X', ord($1))/ge;
+	my $text = sim_get($sim, "/last?key=$enc");
+	my ($meta, $body) = split /\n\n/, $text, 2;
+	my %r = (headers => [], body => $body);
+	for my $line (split /\n/, $meta)
+	{
+		my ($name, $value) = split / /, $line, 2;
+		if ($name eq 'header') { push @{ $r{headers} }, $value; }
+		else { $r{$name} = $value; }
+	}
+	return \%r;
 }
 
 sub stats

@@ -1,0 +1,122 @@
+# 006_requests.pl: what goes over the wire.  The exact bytes of a json, form
+# and query request, the static and idempotency headers, redirects not
+# followed, TLS certificates verified.
+use strict;
+use warnings;
+use lib 'test';
+use NotifTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = new_node('requests');
+my $sim = start_sim();
+my $base = "http://127.0.0.1:$sim->{port}";
+
+my $payload = q({"to": "+84901234567", "text": "Mã OTP: 482913", "flag": true,
+                 "count": 5, "nested": {"a": [1, 2]}, "nothing": null});
+
+for my $f ('json', 'form', 'query')
+{
+	my $url = $f eq 'query' ? "$base/cgi-bin/sendsms?username=u&password=p" : "$base/send";
+	set_provider($node, "p_$f", $url,
+		format => "'$f'",
+		headers => q('{"Authorization": "Bearer s3cr3t", "X-Tenant": "vn"}'),
+		idempotency_header => q('Idempotency-Key'));
+	$node->safe_psql('postgres', qq{
+		INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES ('fmt_$f', 'at_least_once', 3, 'p_$f')});
+	$node->safe_psql('postgres', qq{SELECT notif_enqueue(5, 'fmt_$f', 'o-1', '$payload')});
+}
+ok(wait_until($node, q{SELECT count(*) = 3 FROM notif_job WHERE kind LIKE 'fmt_%' AND status = 'sent'}),
+	'a job of each format was sent');
+
+my %want_headers = (
+	'Authorization' => 'Bearer s3cr3t',
+	'X-Tenant' => 'vn',
+	'User-Agent' => 'notif_deliver/1.0');
+
+sub headers_of
+{
+	my ($r) = @_;
+	my %h;
+	for (@{ $r->{headers} })
+	{
+		my ($n, $v) = split /: ?/, $_, 2;
+		$h{$n} = $v;
+	}
+	return \%h;
+}
+
+# json: the stored payload, byte for byte
+my $json = last_request($sim, 'fmt_json:5:o-1');
+my $h = headers_of($json);
+is($json->{method}, 'POST', 'json: POST');
+is($json->{target}, '/send', 'json: to the provider URL');
+is($json->{body}, $node->safe_psql('postgres', q{SELECT payload::text FROM notif_job WHERE kind = 'fmt_json'}),
+	'json: the body is the stored payload');
+is($h->{'Content-Type'}, 'application/json', 'json: Content-Type');
+is($h->{'Idempotency-Key'}, 'fmt_json:5:o-1', 'json: the idempotency key kind:user_id:order_id');
+is($h->{$_}, $want_headers{$_}, "json: header $_") for sort keys %want_headers;
+ok(!exists $h->{'Expect'}, 'json: no Expect: 100-continue round trip');
+
+# form: top-level keys, in the stored order, percent-encoded
+my $form = last_request($sim, 'fmt_form:5:o-1');
+$h = headers_of($form);
+my $pairs = 'to=%2B84901234567&flag=true&text=M%C3%A3%20OTP%3A%20482913&count=5'
+  . '&nested=%7B%22a%22%3A%20%5B1%2C%202%5D%7D&nothing=';
+is($form->{method}, 'POST', 'form: POST');
+is($form->{body}, $pairs,
+	'form: strings as they are, numbers and booleans as JSON text, objects as JSON, null empty');
+is($h->{'Content-Type'}, 'application/x-www-form-urlencoded', 'form: Content-Type');
+is($h->{'Idempotency-Key'}, 'fmt_form:5:o-1', 'form: the idempotency key');
+
+# query: GET, the pairs appended to the URL's own query
+my $query = last_request($sim, 'fmt_query:5:o-1');
+$h = headers_of($query);
+is($query->{method}, 'GET', 'query: GET');
+is($query->{target}, "/cgi-bin/sendsms?username=u&password=p&$pairs", 'query: the pairs follow the URL\'s parameters');
+is($query->{'body-length'}, '0', 'query: no body');
+is($h->{'Authorization'}, 'Bearer s3cr3t', 'query: static headers too');
+
+# --- redirects are not followed ---
+set_provider($node, 'moved', "$base/send", headers => q('{"X-Sim-Fault": "302"}'),
+	idempotency_header => q('Idempotency-Key'));
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES ('moved', 'at_least_once', 3, 'moved')});
+my $moved = $node->safe_psql('postgres', q{SELECT notif_enqueue(5, 'moved', 'o-1', '{"text":"x"}')});
+ok(wait_until($node, "SELECT status <> 'queued' AND claimed_by IS NULL FROM notif_job WHERE id = $moved"),
+	'the redirected job finished');
+is(job_row($node, $moved), 'failed rejected 1 302', 'a 302 is rejected, not followed');
+is(ledger_key($sim, 'moved:5:o-1'), '1 0 1', 'the provider got one request');
+is(last_request($sim, 'moved:5:o-1')->{target}, '/send', 'and the Location was never visited');
+
+# --- TLS certificates are verified ---
+my $dir = PostgreSQL::Test::Utils::tempdir();
+my $tls_port = PostgreSQL::Test::Cluster::get_free_port();
+system("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1"
+	  . " -keyout $dir/key.pem -out $dir/cert.pem >/dev/null 2>&1") == 0
+  or BAIL_OUT('openssl could not make a certificate');
+my $tls_pid = fork();
+if ($tls_pid == 0)
+{
+	open(STDOUT, '>', '/dev/null');
+	open(STDERR, '>', '/dev/null');
+	exec('openssl', 's_server', '-accept', $tls_port, '-cert', "$dir/cert.pem",
+		'-key', "$dir/key.pem", '-www', '-quiet');
+}
+sleep(1);
+set_provider($node, 'selfsigned', "https://127.0.0.1:$tls_port/send");
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
+	VALUES ('tls', 'at_least_once', 2, 'selfsigned', '100 ms', '100 ms')});
+my $tls = $node->safe_psql('postgres', q{SELECT notif_enqueue(5, 'tls', 'o-1', '{"text":"x"}')});
+ok(wait_until($node, "SELECT status <> 'queued' AND claimed_by IS NULL FROM notif_job WHERE id = $tls"),
+	'the job to a self-signed server finished');
+is(job_row($node, $tls), 'failed unreached 2 -',
+	'an unverifiable certificate: unreached (nothing was sent), retried, failed');
+like($node->safe_psql('postgres', "SELECT last_error FROM notif_job WHERE id = $tls"),
+	qr/certificate/i, 'last_error names the certificate problem');
+kill 'KILL', $tls_pid;
+waitpid($tls_pid, 0);
+
+done_testing();
