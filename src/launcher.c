@@ -44,7 +44,7 @@
 typedef struct LaneWorker
 {
 	BackgroundWorkerHandle *handle; /* NULL: not started by this launcher */
-	TimestampTz started_at;
+	bool		start_failed;	/* no worker slot: said once, retried quietly */
 } LaneWorker;
 
 static LaneWorker *workers;
@@ -113,13 +113,19 @@ start_sender(int slotno)
 
 	if (!RegisterDynamicBackgroundWorker(&worker, &workers[slotno].handle))
 	{
-		ereport(WARNING,
-				(errmsg("notif_deliver: could not start the sender of lane \"%s\"", slot->lane),
-				 errhint("Raise max_worker_processes: it counts one process per lane, plus the launcher.")));
+		if (!workers[slotno].start_failed)
+			ereport(WARNING,
+					(errmsg("notif_deliver: could not start the sender of lane \"%s\": no background worker slot",
+							slot->lane),
+					 errdetail("Its jobs wait; the launcher tries again every second."),
+					 errhint("Raise max_worker_processes: it must cover the launcher, one sender per lane, and the server's other background workers.")));
+		workers[slotno].start_failed = true;
 		workers[slotno].handle = NULL;
 		return false;
 	}
-	workers[slotno].started_at = GetCurrentTimestamp();
+	if (workers[slotno].start_failed)
+		ereport(LOG, (errmsg("notif_deliver: the sender of lane \"%s\" could start at last", slot->lane)));
+	workers[slotno].start_failed = false;
 	return true;
 }
 
@@ -217,6 +223,7 @@ reconcile(char **lanes, int n_lanes)
 					 errhint("Raise notif_deliver.max_lanes (and max_worker_processes).")));
 			continue;
 		}
+		workers[i].start_failed = false;
 		SpinLockAcquire(&notif_shared->mutex);
 		notif_shared->lanes[i].in_use = true;
 		strlcpy(notif_shared->lanes[i].lane, lanes[j], NOTIF_NAME_MAXLEN);

@@ -46,6 +46,12 @@ shmem_startup(void)
 {
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
+
+	/*
+	 * The postmaster runs this at start and again after a crash, when shared
+	 * memory has been created anew: never keep a pointer into the old one.
+	 */
+	notif_shared = NULL;
 	notif_shmem_attach();
 }
 

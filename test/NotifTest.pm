@@ -30,7 +30,7 @@ sub new_node
 		'notif_deliver.database' => "'postgres'",
 		'notif_deliver.poll_interval' => "'1s'",
 		restart_after_crash => 'on',
-		log_min_messages => 'log',
+		max_worker_processes => '20',
 		%conf);
 	$node->append_conf('postgresql.conf',
 		join("\n", map { "$_ = $settings{$_}" } sort keys %settings) . "\n");

@@ -156,6 +156,56 @@ $node->safe_psql('postgres', q{UPDATE notif_type SET paused = false WHERE code =
 ok(wait_until($node, "SELECT count(*) = 2 FROM notif_job WHERE id IN ($no_url, $held) AND status = 'sent'"),
 	'they go out once the URL is set and the type resumed, without a restart');
 
+# --- priority: within a lane, higher goes first ---
+set_provider($node, 'single', $sim->{url}, headers => q('{"X-Sim-Latency-Ms": "100"}'),
+	idempotency_header => q('Idempotency-Key'), max_inflight => 1);
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider, lane, priority)
+	VALUES ('low', 'at_least_once', 1, 'single', 'prio', 0),
+	       ('high', 'at_least_once', 1, 'single', 'prio', 10)});
+ok(wait_until($node, q{SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'notif_deliver sender prio'}),
+	'the priority lane has its sender');
+$node->safe_psql('postgres', q{SELECT count(notif_enqueue(g, 'low', 'p')) FROM generate_series(1, 10) g});
+$node->safe_psql('postgres', q{SELECT count(notif_enqueue(g, 'high', 'p')) FROM generate_series(1, 3) g});
+ok(wait_until($node, q{SELECT count(*) = 13 FROM notif_job WHERE kind IN ('low', 'high') AND status = 'sent'}),
+	'all prioritised jobs sent');
+cmp_ok( $node->safe_psql('postgres', q{
+		SELECT count(*) FROM notif_job WHERE kind = 'low'
+		   AND sent_at > (SELECT max(sent_at) FROM notif_job WHERE kind = 'high')}),
+	'>=', 7, 'the high-priority jobs, enqueued last, went out before most of the backlog');
+
+# --- a deadline that passes while the job waits: expired, never sent ---
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_provider (name) VALUES ('unset');
+	INSERT INTO notif_type (code, delivery, max_tries, deadline, provider)
+	VALUES ('dl_wait', 'at_least_once', 3, '1 second', 'unset')});
+my $waited = enqueue('dl_wait', 'w');
+sleep(2);
+$node->safe_psql('postgres', qq{UPDATE notif_provider SET url = '$sim->{url}', idempotency_header = 'Idempotency-Key' WHERE name = 'unset'});
+ok(wait_final($waited), 'the job whose deadline passed while waiting finished');
+is(job_row($node, $waited), 'expired - 0 -', 'expired without an attempt');
+like($node->safe_psql('postgres', "SELECT last_error FROM notif_job WHERE id = $waited"),
+	qr/deadline/, 'last_error says why');
+is(ledger_key($sim, 'dl_wait:9:w'), '0 0 0', 'the provider never got it');
+
+# --- backoff jitter: the retries of a burst spread out ---
+my $closed = PostgreSQL::Test::Cluster::get_free_port();
+set_provider($node, 'down', "http://127.0.0.1:$closed/send");
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
+	VALUES ('jitter', 'at_least_once', 2, 'down', '1 second', '1 second')});
+$node->safe_psql('postgres', q{SELECT count(notif_enqueue(g, 'jitter', 'j')) FROM generate_series(1, 20) g});
+ok(wait_until($node, q{SELECT count(*) = 20 FROM notif_job WHERE kind = 'jitter' AND status = 'failed'}),
+	'the burst to a provider that is down failed after two tries each');
+my ($lo, $hi) = split /\|/, $node->safe_psql('postgres', q{
+	SELECT min(gap), max(gap) FROM (
+	  SELECT extract(epoch FROM a2.started_at - a1.ended_at) AS gap
+	    FROM notif_attempt a1 JOIN notif_attempt a2 ON a2.job_id = a1.job_id AND a2.try = 2
+	    JOIN notif_job j ON j.id = a1.job_id
+	   WHERE j.kind = 'jitter' AND a1.try = 1) g});
+cmp_ok($lo, '>=', 0.45, 'no retry before half the backoff');
+cmp_ok($hi - $lo, '>=', 0.1, 'the retries are spread out (jitter)');
+
 # --- 10,000 jobs against 0.5% timeouts, half of them delivered anyway ---
 my $loss_sim = start_sim('--p-timeout', '0.005', '--q', '0.5', '--seed', '42');
 set_provider($node, 'lossy', $loss_sim->{url},

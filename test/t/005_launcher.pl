@@ -164,5 +164,18 @@ $node->append_conf('postgresql.conf', "notif_deliver.enabled = on\n");
 $node->reload;
 senders_are('notif_deliver sender again', 'enabled again');
 
+# --- more lanes than background worker slots: said once, retried quietly ---
+# max_worker_processes = 8: the logical replication launcher, our launcher,
+# and six senders.  Lane "again" has one; seven more lanes: two cannot start.
+$node->safe_psql('postgres', q{
+	INSERT INTO notif.notif_type (code, delivery, max_tries, lane)
+	SELECT 'many' || g, 'at_most_once', 1, 'many' || g FROM generate_series(1, 7) g});
+sleep(4);
+my @warnings = (slurp_file($node->logfile) =~ /could not start the sender of lane "many\d": no background worker slot/g);
+is(scalar(@warnings), 2, 'each lane without a worker slot is reported once, not every second');
+$node->safe_psql('postgres', q{DELETE FROM notif.notif_type WHERE code LIKE 'many%' AND code <> 'many1'});
+ok( wait_until($node, q{SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'notif_deliver sender'}),
+	'the lanes that went away released their slots');
+
 unlike(slurp_file($node->logfile), qr/retrying with backoff/, 'no sender logged an error');
 done_testing();
