@@ -125,9 +125,9 @@ COMMENT ON TABLE notif_job IS 'notifications to deliver (the outbox), one row pe
 CREATE INDEX notif_job_queued_idx ON notif_job (kind, next_at) WHERE status = 'queued';
 -- What crash recovery looks at: jobs held by a sender (in flight).
 CREATE INDEX notif_job_claimed_idx ON notif_job (claimed_by) WHERE claimed_by IS NOT NULL;
--- What the retention purge looks at: old jobs.  BRIN, because ids and
--- created_at grow together with the table: tiny, and cheap to maintain.
-CREATE INDEX notif_job_created_brin ON notif_job USING brin (created_at);
+-- What the retention purge looks at: finished jobs, by when they were last due.
+CREATE INDEX notif_job_finished_idx ON notif_job (kind, next_at)
+    WHERE status = ANY ('{sent,failed,expired}'::text[]);
 
 /*
  * notif_attempt: one row per provider call.

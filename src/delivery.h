@@ -96,7 +96,7 @@ extern void notif_http_init(void);
 extern int	notif_http_epoll_fd(void);
 extern long notif_http_timeout_ms(void);
 extern void notif_http_drive(bool sockets_ready);
-extern void notif_http_start(NotifCall *call);
+extern bool notif_http_start(NotifCall *call);
 extern NotifCall *notif_http_next_done(void);
 extern void notif_http_abort_all(const char *reason);
 extern int	notif_http_inflight(void);

@@ -99,12 +99,16 @@ write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 	size_t		n = size * nmemb;
 	size_t		room = sizeof(call->response) - 1 - call->response_len;
 
-	if (room > 0)
+	size_t		i;
+
+	/* printable ASCII only: it goes into a text column, whatever it was */
+	for (i = 0; i < n && room > 0; i++, room--)
 	{
-		memcpy(call->response + call->response_len, ptr, Min(n, room));
-		call->response_len += Min(n, room);
-		call->response[call->response_len] = '\0';
+		unsigned char c = (unsigned char) ptr[i];
+
+		call->response[call->response_len++] = (c >= 0x20 && c < 0x7f) ? (char) c : '?';
 	}
+	call->response[call->response_len] = '\0';
 	return n;
 }
 
@@ -228,14 +232,21 @@ notif_http_drive(bool sockets_ready)
 	collect_done();
 }
 
-/* Start a call whose request is built. */
-void
+/*
+ * Start a call whose request is built.  Returns false, with call->error
+ * set, when it could not start (nothing was sent).  Never throws: the job
+ * is already committed as claimed.
+ */
+bool
 notif_http_start(NotifCall *call)
 {
 	CURL	   *easy = curl_easy_init();
 
 	if (easy == NULL)
-		elog(ERROR, "curl_easy_init failed");
+	{
+		call->error = "could not start the call: curl_easy_init failed";
+		return false;
+	}
 	call->easy = easy;
 	call->errbuf[0] = '\0';
 	call->body_sent = 0;
@@ -256,12 +267,15 @@ notif_http_start(NotifCall *call)
 	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, write_cb);
 	curl_easy_setopt(easy, CURLOPT_WRITEDATA, call);
 
+	/*
+	 * Without a body byte to fail to rewind, libcurl would re-send an
+	 * at_most_once request silently: such requests use a new connection.
+	 */
+	if (call->delivery == AT_MOST_ONCE && call->body_len == 0)
+		curl_easy_setopt(easy, CURLOPT_FRESH_CONNECT, 1L);
+
 	if (call->body == NULL)
-	{
 		curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
-		if (call->delivery == AT_MOST_ONCE)
-			curl_easy_setopt(easy, CURLOPT_FRESH_CONNECT, 1L);
-	}
 	else
 	{
 		curl_easy_setopt(easy, CURLOPT_POST, 1L);
@@ -278,10 +292,16 @@ notif_http_start(NotifCall *call)
 
 	call->started_at = GetCurrentTimestamp();
 	if (curl_multi_add_handle(multi, easy) != CURLM_OK)
-		elog(ERROR, "curl_multi_add_handle failed");
+	{
+		curl_easy_cleanup(easy);
+		call->easy = NULL;
+		call->error = "could not start the call: curl_multi_add_handle failed";
+		return false;
+	}
 	n_inflight++;
 	dlist_push_tail(&inflight_calls, &call->node);
 	/* libcurl now asks for a 0 ms timer: the next notif_http_drive() starts it */
+	return true;
 }
 
 /*

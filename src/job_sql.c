@@ -30,8 +30,8 @@ static const char *const sql_lane_types =
 "       (extract(epoch FROM t.backoff_min) * 1000)::int8,"
 "       (extract(epoch FROM t.backoff_max) * 1000)::int8,"
 "       p.name, p.url, p.format, p.headers, p.idempotency_header,"
-"       (extract(epoch FROM p.timeout) * 1000)::int8,"
-"       (extract(epoch FROM p.connect_timeout) * 1000)::int8,"
+"       greatest(1, ceil(extract(epoch FROM p.timeout) * 1000))::int8,"
+"       greatest(1, ceil(extract(epoch FROM p.connect_timeout) * 1000))::int8,"
 "       p.max_inflight, p.rate_limit::float8"
 "  FROM %s.notif_type t JOIN %s.notif_provider p ON p.name = t.provider"
 " WHERE t.lane = $1 AND NOT t.paused"
@@ -87,7 +87,7 @@ static const char *const sql_record =
 "           http_status = CASE WHEN r.outcome IS NULL THEN j.http_status ELSE r.http_status END,"
 "           last_error = r.error,"
 "           next_at = coalesce(r.next_at, j.next_at),"
-"           sent_at = coalesce(r.sent_at, j.sent_at),"
+"           sent_at = CASE WHEN r.status = 'sent' THEN coalesce(r.sent_at, j.sent_at) END,"
 "           tries = j.tries + r.tries_delta,"
 "           claimed_by = NULL,"
 "           claimed_at = NULL"
@@ -102,15 +102,22 @@ static const char *const sql_record =
 "    ON CONFLICT (job_id, try) DO NOTHING)"
 " SELECT count(*)::int4 FROM upd";
 
-/* jobs of these types held by senders that are no longer running */
+/* jobs held by senders that are no longer running, with their type's policy */
 static const char *const sql_orphans =
-"SELECT j.id, j.kind, j.status, j.tries, j.claimed_by, j.claimed_at, j.deadline_at"
-"  FROM %s.notif_job j"
-" WHERE j.claimed_by IS NOT NULL AND j.claimed_by <> ALL ($1) AND j.kind = ANY ($2)"
-"   FOR UPDATE SKIP LOCKED";
+"SELECT j.id, j.kind, j.status, j.tries, j.claimed_by, j.claimed_at, j.deadline_at,"
+"       t.max_tries,"
+"       (extract(epoch FROM t.backoff_min) * 1000)::int8,"
+"       (extract(epoch FROM t.backoff_max) * 1000)::int8"
+"  FROM %s.notif_job j JOIN %s.notif_type t ON t.code = j.kind"
+" WHERE j.claimed_by IS NOT NULL AND j.claimed_by <> ALL ($1)"
+"   FOR UPDATE OF j SKIP LOCKED";
 
 static const char *const sql_next_due =
 "SELECT min(next_at) FROM %s.notif_job WHERE kind = $1 AND status = 'queued'";
+
+/* the highest incarnation holding a job (the claimed_by index answers it) */
+static const char *const sql_max_holder =
+"SELECT max(claimed_by) FROM %s.notif_job";
 
 /* the lanes that need a sender */
 static const char *const sql_lanes =
@@ -123,8 +130,8 @@ static const char *const sql_purge =
 "      FROM %s.notif_type t"
 "     CROSS JOIN LATERAL ("
 "        SELECT j.id FROM %s.notif_job j"
-"         WHERE j.kind = t.code AND j.created_at < now() - t.retention"
-"           AND j.status IN ('sent', 'failed', 'expired') AND j.claimed_by IS NULL"
+"         WHERE j.kind = t.code AND j.status IN ('sent', 'failed', 'expired')"
+"           AND j.next_at < now() - t.retention AND j.claimed_by IS NULL"
 "         LIMIT $1) j"
 "     LIMIT $1),"
 " gone AS (DELETE FROM %s.notif_job j USING doomed d WHERE j.id = d.id RETURNING j.id),"
@@ -142,7 +149,7 @@ typedef struct PlanDef
 enum
 {
 	PLAN_LANE_TYPES, PLAN_CLAIM, PLAN_RECORD, PLAN_ORPHANS, PLAN_NEXT_DUE,
-	PLAN_LANES, PLAN_PURGE, N_PLANS
+	PLAN_LANES, PLAN_PURGE, PLAN_MAX_HOLDER, N_PLANS
 };
 
 static PlanDef plans[N_PLANS] = {
@@ -152,10 +159,11 @@ static PlanDef plans[N_PLANS] = {
 		{INT8ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID,
 			TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID,
 		TIMESTAMPTZARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID}},
-	[PLAN_ORPHANS] = {&sql_orphans, 2, {INT8ARRAYOID, TEXTARRAYOID}},
+	[PLAN_ORPHANS] = {&sql_orphans, 1, {INT8ARRAYOID}},
 	[PLAN_NEXT_DUE] = {&sql_next_due, 1, {TEXTOID}},
 	[PLAN_LANES] = {&sql_lanes, 0, {0}},
 	[PLAN_PURGE] = {&sql_purge, 1, {INT4OID}},
+	[PLAN_MAX_HOLDER] = {&sql_max_holder, 0, {0}},
 };
 
 static Oid	plans_extension = InvalidOid;
@@ -431,21 +439,16 @@ notif_sql_record(NotifResult *results, int n, int *updated)
 }
 
 int
-notif_sql_orphans(const char *const *kinds, int n_kinds, const int64 *live, int n_live,
-				  MemoryContext cxt, NotifOrphanJob **out)
+notif_sql_orphans(const int64 *live, int n_live, MemoryContext cxt, NotifOrphanJob **out)
 {
-	Datum	   *kind_elems = palloc(sizeof(Datum) * Max(n_kinds, 1));
 	Datum	   *live_elems = palloc(sizeof(Datum) * Max(n_live, 1));
-	Datum		values[2];
+	Datum		values[1];
 	NotifOrphanJob *jobs;
 	int			i;
 
-	for (i = 0; i < n_kinds; i++)
-		kind_elems[i] = CStringGetTextDatum(kinds[i]);
 	for (i = 0; i < n_live; i++)
 		live_elems[i] = Int64GetDatum(live[i]);
 	values[0] = array_of(live_elems, NULL, n_live, INT8OID);
-	values[1] = array_of(kind_elems, NULL, n_kinds, TEXTOID);
 
 	run(PLAN_ORPHANS, values, NULL, false, SPI_OK_SELECT);
 	jobs = MemoryContextAllocZero(cxt, sizeof(NotifOrphanJob) * Max(SPI_processed, 1));
@@ -465,9 +468,24 @@ notif_sql_orphans(const char *const *kinds, int n_kinds, const int64 *live, int 
 		j->deadline_at = DatumGetTimestampTz(col(i, 7, &isnull));
 		if (isnull)
 			j->deadline_at = 0;
+		j->policy.max_tries = col_int(i, 8);
+		j->policy.backoff_min_ms = col_int(i, 9);
+		j->policy.backoff_max_ms = col_int(i, 10);
 	}
 	*out = jobs;
 	return (int) SPI_processed;
+}
+
+/* The highest incarnation that holds a job (0 if none). */
+int64
+notif_sql_max_holder(void)
+{
+	bool		isnull;
+	Datum		d;
+
+	run(PLAN_MAX_HOLDER, NULL, NULL, true, SPI_OK_SELECT);
+	d = col(0, 1, &isnull);
+	return isnull ? 0 : DatumGetInt64(d);
 }
 
 /* When the earliest queued job of a type is due; 0 if none is queued. */

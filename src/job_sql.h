@@ -33,6 +33,7 @@ typedef struct NotifOrphanJob
 	int64		claimed_by;
 	TimestampTz claimed_at;
 	TimestampTz deadline_at;
+	NotifRetryPolicy policy;	/* its type's */
 } NotifOrphanJob;
 
 /* what to write about one finished (or abandoned) call */
@@ -57,9 +58,9 @@ extern int	notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeCo
 extern int	notif_sql_claim(const char *kind, int limit, int64 incarnation,
 							MemoryContext cxt, NotifClaimedJob **out);
 extern void notif_sql_record(NotifResult *results, int n, int *updated);
-extern int	notif_sql_orphans(const char *const *kinds, int n_kinds,
-							  const int64 *live, int n_live,
+extern int	notif_sql_orphans(const int64 *live, int n_live,
 							  MemoryContext cxt, NotifOrphanJob **out);
+extern int64 notif_sql_max_holder(void);
 extern TimestampTz notif_sql_next_due(const char *kind);
 extern int	notif_sql_lanes(MemoryContext cxt, char ***out);
 extern int64 notif_sql_purge(int batch_size);

@@ -113,10 +113,12 @@ notif_classify(int curl_code, long http_status, bool connected, bool request_sen
 {
 	int			i;
 
+	/* the provider answered 2xx: accepted, even if reading the rest failed */
+	if (http_status >= 200 && http_status < 300)
+		return OUTCOME_ACCEPTED;
+
 	if (curl_code == CURLE_OK)
 	{
-		if (http_status >= 200 && http_status < 300)
-			return OUTCOME_ACCEPTED;
 		if (http_status == 408 || http_status == 429)
 			return OUTCOME_UNREACHED;	/* the provider says it did not act */
 		if (http_status >= 500)

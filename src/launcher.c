@@ -251,6 +251,12 @@ launcher_round(MemoryContext round_cxt, bool purge)
 
 	if (notif_enabled && notif_sql_prepare())
 	{
+		/*
+		 * Incarnations start from the clock at each server start; should the
+		 * clock have gone back, start above every holder recorded in jobs.
+		 * Senders start after this (below).
+		 */
+		notif_raise_incarnation(notif_sql_max_holder());
 		n_lanes = notif_sql_lanes(round_cxt, &lanes);
 		if (purge)
 		{
@@ -269,7 +275,10 @@ launcher_round(MemoryContext round_cxt, bool purge)
 	if (purged > 0)
 		elog(DEBUG1, "notif_deliver: purged " INT64_FORMAT " finished jobs", purged);
 	if (purged >= notif_purge_batch_size)
-		SetLatch(MyLatch);		/* more to purge: go on at once */
+	{
+		next_purge = 0;			/* more to purge: go on at once */
+		SetLatch(MyLatch);
+	}
 }
 
 void

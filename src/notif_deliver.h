@@ -73,6 +73,7 @@ extern void notif_shmem_request(void);
 extern void notif_shmem_startup(void);
 extern void notif_shmem_attach(void);
 extern int64 notif_new_incarnation(void);
+extern void notif_raise_incarnation(int64 floor);
 extern void notif_wake_lane(const char *lane);
 extern void notif_wake_all(void);
 extern void notif_wake_senders(void);

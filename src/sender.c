@@ -69,50 +69,85 @@ static MemoryContext round_cxt;		/* reset after every round */
 static dlist_head finished = DLIST_STATIC_INIT(finished);	/* to record */
 static dlist_head claimed = DLIST_STATIC_INIT(claimed); /* to start */
 static bool need_recovery = true;
+static int	pending_grant_slot = -1;	/* provider slots granted to a claim */
+static int	pending_grant = 0;	/* not yet turned into calls */
 
 static TimestampTz claim_at = 0;	/* next claim round; 0: as soon as room */
 static TimestampTz backoff_until = 0;	/* after an error */
 static int	n_errors = 0;
 static char *last_error = NULL;
 
+/*
+ * At exit, however it happens: give back the provider slots this process
+ * holds, and the lane slot (unless the launcher gave it to another lane).
+ */
 static void
 sender_detach(int code, Datum arg)
 {
+	bool		mine;
+
+	notif_throttle_release_all();
 	SpinLockAcquire(&notif_shared->mutex);
-	if (slot->pid == MyProcPid)
+	mine = (slot->pid == MyProcPid);
+	if (mine)
 	{
 		slot->pid = 0;
 		slot->latch = NULL;
 		slot->incarnation = 0;
 	}
 	SpinLockRelease(&notif_shared->mutex);
-	pg_atomic_write_u32(&slot->inflight, 0);
-}
-
-static NotifTypeConf *
-find_type(const char *code)
-{
-	int			i;
-
-	for (i = 0; i < n_types; i++)
-		if (strcmp(types[i].code, code) == 0)
-			return &types[i];
-	return NULL;
+	if (mine)
+		pg_atomic_write_u32(&slot->inflight, 0);
 }
 
 static void
-reload_config(void)
+free_config(MemoryContext cxt, NotifTypeConf *t, int n)
 {
 	int			i;
 
+	for (i = 0; i < n; i++)
+		if (t[i].provider.headers)
+			curl_slist_free_all(t[i].provider.headers);
+	MemoryContextDelete(cxt);
+}
+
+/*
+ * Re-read the lane's types.  The new configuration replaces the old only
+ * once it is read whole: a failed read leaves the old one in place.  Jobs
+ * left in flight by stopped senders are looked for again too (a type may
+ * have moved into this lane, or been resumed).
+ */
+static void
+reload_config(void)
+{
+	uint64		generation;
+	MemoryContext cxt;
+	NotifTypeConf *fresh;
+	int			n;
+
 	/* read the generation first: a change after this is seen next time */
-	config_generation = pg_atomic_read_u64(&notif_shared->config_generation);
-	for (i = 0; i < n_types; i++)
-		if (types[i].provider.headers)
-			curl_slist_free_all(types[i].provider.headers);
-	MemoryContextReset(config_cxt);
-	n_types = notif_sql_lane_types(lane, config_cxt, &types);
+	generation = pg_atomic_read_u64(&notif_shared->config_generation);
+	cxt = AllocSetContextCreate(TopMemoryContext, "notif_deliver config",
+								ALLOCSET_DEFAULT_SIZES);
+	PG_TRY();
+	{
+		n = notif_sql_lane_types(lane, cxt, &fresh);
+	}
+	PG_CATCH();
+	{
+		MemoryContextDelete(cxt);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	if (config_cxt)
+		free_config(config_cxt, types, n_types);
+	config_cxt = cxt;
+	types = fresh;
+	n_types = n;
+	config_generation = generation;
 	config_stale = false;
+	need_recovery = true;
 }
 
 static NotifCall *
@@ -146,13 +181,28 @@ free_call(NotifCall *call)
 	MemoryContextDelete(call->cxt);
 }
 
-/* Recover the jobs left in flight by senders that are gone. */
+static bool
+is_live(int64 incarnation, const int64 *live, int n_live)
+{
+	int			i;
+
+	for (i = 0; i < n_live; i++)
+		if (live[i] == incarnation)
+			return true;
+	return false;
+}
+
+/*
+ * Recover the jobs left in flight by senders that are gone, of any type and
+ * any lane.  A sender records its incarnation in shared memory before it
+ * claims anything, so the senders alive are read again after the query: a
+ * job claimed by a sender that started meanwhile is not touched.
+ */
 static void
 recover_orphans(void)
 {
 	int64		live[MAX_LIVE_SENDERS];
 	int			n_live = notif_live_incarnations(live, MAX_LIVE_SENDERS);
-	const char **kinds = palloc(sizeof(char *) * Max(n_types, 1));
 	NotifOrphanJob *orphans;
 	NotifResult *results;
 	TimestampTz now = GetCurrentTimestamp();
@@ -160,20 +210,21 @@ recover_orphans(void)
 				i,
 				k = 0;
 
-	for (i = 0; i < n_types; i++)
-		kinds[i] = types[i].code;
-	n = notif_sql_orphans(kinds, n_types, live, n_live, round_cxt, &orphans);
+	n = notif_sql_orphans(live, n_live, round_cxt, &orphans);
 	if (n == 0)
 		return;
+	n_live = notif_live_incarnations(live, MAX_LIVE_SENDERS);
 
 	results = palloc0(sizeof(NotifResult) * n);
 	for (i = 0; i < n; i++)
 	{
 		NotifOrphanJob *o = &orphans[i];
-		NotifTypeConf *type = find_type(o->kind);
 		NotifDelivery delivery = strcmp(o->status, "sent") == 0 ? AT_MOST_ONCE : AT_LEAST_ONCE;
-		NotifResult *r = &results[k++];
+		NotifResult *r;
 
+		if (is_live(o->claimed_by, live, n_live))
+			continue;
+		r = &results[k++];
 		r->job_id = o->id;
 		r->tries = o->tries;
 		r->expected_status = o->status;
@@ -182,9 +233,11 @@ recover_orphans(void)
 		r->error = "the sender stopped during the call";
 		r->started_at = o->claimed_at ? o->claimed_at : now;
 		r->ended_at = now;
-		r->next = notif_next_state(delivery, OUTCOME_UNKNOWN, o->tries, &type->policy,
+		r->next = notif_next_state(delivery, OUTCOME_UNKNOWN, o->tries, &o->policy,
 								   now, o->deadline_at, 0);
 	}
+	if (k == 0)
+		return;
 	notif_sql_record(results, k, NULL);
 	ereport(LOG,
 			(errmsg("notif_deliver sender of lane \"%s\": recovered %d job(s) left in flight by a stopped sender",
@@ -272,6 +325,9 @@ claim_jobs(void)
 		if (granted == 0)
 			continue;
 
+		/* if the claim fails, round_failed gives the grant back */
+		pending_grant_slot = pslot;
+		pending_grant = granted;
 		n = notif_sql_claim(type->code, granted, incarnation, round_cxt, &jobs);
 		for (j = 0; j < n; j++)
 		{
@@ -283,8 +339,10 @@ claim_jobs(void)
 			call->provider_slot = pslot;
 			dlist_push_tail(&claimed, &call->node);
 			sendable++;
+			pending_grant--;
 		}
-		notif_throttle_release(pslot, granted - sendable);
+		notif_throttle_release(pslot, granted - sendable, true);
+		pending_grant = 0;
 		room -= sendable;
 
 		if (n == granted)
@@ -330,11 +388,19 @@ start_claimed(void)
 			call->outcome = OUTCOME_NOT_STARTED;
 			call->error = "deadline passed before the attempt could start";
 			call->started_at = call->ended_at = GetCurrentTimestamp();
-			notif_throttle_release(call->provider_slot, 1);
+			notif_throttle_release(call->provider_slot, 1, false);
 			dlist_push_tail(&finished, &call->node);
 			continue;
 		}
-		notif_http_start(call);
+		if (!notif_http_start(call))
+		{
+			/* nothing was sent: the job goes back as unreached */
+			call->outcome = OUTCOME_UNREACHED;
+			call->started_at = call->ended_at = GetCurrentTimestamp();
+			notif_throttle_release(call->provider_slot, 1, false);
+			dlist_push_tail(&finished, &call->node);
+			continue;
+		}
 		pg_atomic_fetch_add_u32(&slot->inflight, 1);
 	}
 }
@@ -347,7 +413,7 @@ collect_finished(void)
 
 	while ((call = notif_http_next_done()) != NULL)
 	{
-		notif_throttle_release(call->provider_slot, 1);
+		notif_throttle_release(call->provider_slot, 1, false);
 		if (call->http_status == 429 && call->retry_after_ms > 0)
 			notif_throttle_pause(call->provider_slot,
 								 TimestampTzPlusMilliseconds(call->ended_at, call->retry_after_ms));
@@ -367,7 +433,7 @@ discard_claimed(void)
 		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
 
 		dlist_delete(&call->node);
-		notif_throttle_release(call->provider_slot, 1);
+		notif_throttle_release(call->provider_slot, 1, true);
 		free_call(call);
 	}
 }
@@ -411,8 +477,8 @@ sender_round(bool want_claim)
 
 	if (!installed)
 	{
-		/* the extension is gone: the launcher will stop us */
-		claim_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), notif_poll_interval_ms);
+		/* the extension is gone: the launcher will stop us; do not spin */
+		backoff_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
 		return;
 	}
 	need_recovery = false;
@@ -442,6 +508,8 @@ round_failed(void)
 	FlushErrorState();
 	AbortCurrentTransaction();
 	discard_claimed();
+	notif_throttle_release(pending_grant_slot, pending_grant, true);
+	pending_grant = 0;
 	config_stale = true;
 	pgstat_report_activity(STATE_IDLE, NULL);
 
@@ -527,9 +595,14 @@ notif_sender_main(Datum arg)
 
 	SpinLockAcquire(&notif_shared->mutex);
 	other = slot->pid;
-	if (!slot->in_use || (other != 0 && kill(other, 0) == 0))
+	SpinLockRelease(&notif_shared->mutex);
+	if (other != 0 && kill(other, 0) == 0)
+		proc_exit(0);			/* another sender serves this lane already */
+
+	SpinLockAcquire(&notif_shared->mutex);
+	if (!slot->in_use || (slot->pid != 0 && slot->pid != other))
 	{
-		/* the lane went away, or another sender serves it already */
+		/* the lane went away, or another sender just took it */
 		SpinLockRelease(&notif_shared->mutex);
 		proc_exit(0);
 	}
@@ -546,8 +619,6 @@ notif_sender_main(Datum arg)
 					PGC_USERSET, PGC_S_OVERRIDE);
 	pgstat_report_appname(psprintf("notif_deliver sender %s", lane));
 
-	config_cxt = AllocSetContextCreate(TopMemoryContext, "notif_deliver config",
-									   ALLOCSET_DEFAULT_SIZES);
 	calls_cxt = AllocSetContextCreate(TopMemoryContext, "notif_deliver calls",
 									  ALLOCSET_DEFAULT_SIZES);
 	round_cxt = AllocSetContextCreate(TopMemoryContext, "notif_deliver round",
@@ -585,6 +656,8 @@ notif_sender_main(Datum arg)
 			if (events[i].events & WL_SOCKET_READABLE)
 				sockets_ready = true;
 		}
+		/* a cancel request means nothing to an idle sender */
+		QueryCancelPending = false;
 		CHECK_FOR_INTERRUPTS();
 		if (ShutdownRequestPending)
 			sender_shutdown();

@@ -107,6 +107,16 @@ notif_new_incarnation(void)
 	return result;
 }
 
+/* Make every incarnation from now on larger than "floor". */
+void
+notif_raise_incarnation(int64 floor)
+{
+	SpinLockAcquire(&notif_shared->mutex);
+	if (notif_shared->next_incarnation < floor)
+		notif_shared->next_incarnation = floor;
+	SpinLockRelease(&notif_shared->mutex);
+}
+
 /* Set the latch of the sender of a lane, if one runs. */
 void
 notif_wake_lane(const char *lane)

@@ -19,6 +19,12 @@
 #include "notif_deliver.h"
 #include "throttle.h"
 
+/* the longest pause a Retry-After may impose on a provider */
+#define MAX_PAUSE_MS (3600 * 1000)
+
+/* slots this process holds, per provider slot */
+static int	held[NOTIF_MAX_PROVIDERS];
+
 /* find the provider's slot, or take a free one; -1 if all are taken */
 static int
 provider_slot(const char *name)
@@ -103,29 +109,50 @@ notif_throttle_acquire(const NotifProviderConf *provider, int want,
 		p->tokens -= granted;
 	}
 	p->inflight += granted;
+	held[slot] += granted;
 	SpinLockRelease(&notif_shared->mutex);
 	return granted;
 }
 
-/* Calls granted by notif_throttle_acquire that ended or never started. */
+/*
+ * Give back n slots granted by notif_throttle_acquire: calls that ended,
+ * or, with unused = true, grants that were never used (their rate-limit
+ * tokens are refunded too).  Lanes starved of this provider are woken.
+ */
 void
-notif_throttle_release(int slot, int n)
+notif_throttle_release(int slot, int n, bool unused)
 {
 	NotifProviderSlot *p;
 	bool		starved;
 
-	if (slot < 0 || n == 0)
+	if (slot < 0 || n <= 0)
 		return;
 	p = &notif_shared->providers[slot];
 	SpinLockAcquire(&notif_shared->mutex);
 	p->inflight -= n;
 	if (p->inflight < 0)
 		p->inflight = 0;
+	held[slot] -= n;
+	if (unused)
+		p->tokens += n;
 	starved = p->starved;
 	p->starved = false;
 	SpinLockRelease(&notif_shared->mutex);
 	if (starved)
 		notif_wake_senders();
+}
+
+/* At exit: give back whatever this process still holds. */
+void
+notif_throttle_release_all(void)
+{
+	int			i;
+
+	if (notif_shared == NULL)
+		return;
+	for (i = 0; i < NOTIF_MAX_PROVIDERS; i++)
+		if (held[i] > 0)
+			notif_throttle_release(i, held[i], false);
 }
 
 /* The provider said 429 with Retry-After: nobody calls it before then. */
@@ -134,6 +161,8 @@ notif_throttle_pause(int slot, TimestampTz until)
 {
 	if (slot < 0)
 		return;
+	if (until > TimestampTzPlusMilliseconds(GetCurrentTimestamp(), MAX_PAUSE_MS))
+		until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), MAX_PAUSE_MS);
 	SpinLockAcquire(&notif_shared->mutex);
 	if (notif_shared->providers[slot].paused_until < until)
 		notif_shared->providers[slot].paused_until = until;

@@ -101,6 +101,21 @@ like($node->safe_psql('postgres', "SELECT last_error FROM notif_job WHERE kind =
 is(ledger_key($sim, 'ka_at_least_once:9:hit'), '2 0 1',
 	'at_least_once: libcurl re-sent the request on a fresh connection (the hazard being guarded)');
 
+# the same with an empty body (form format, payload {}): no byte to fail to
+# rewind, so at_most_once must not reuse the connection at all
+set_provider($node, 'ka_empty', $sim->{url}, format => q('form'), idempotency_header => q('Idempotency-Key'));
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider, lane)
+	VALUES ('ka_empty', 'at_most_once', 1, 'ka_empty', 'ka_empty')});
+my $warm_empty = $node->safe_psql('postgres', q{SELECT notif_enqueue(9, 'ka_empty', 'warm')});
+ok(wait_final($warm_empty), 'empty body: the first job went out');
+$node->safe_psql('postgres', q{UPDATE notif_provider SET headers = '{"X-Sim-Fault": "reset"}' WHERE name = 'ka_empty'});
+sleep(1);
+my $hit_empty = $node->safe_psql('postgres', q{SELECT notif_enqueue(9, 'ka_empty', 'hit')});
+ok(wait_final($hit_empty), 'empty body: the second job finished');
+is(job_row($node, $hit_empty), 'sent unknown 1 -', 'at_most_once, empty body, reset after receipt: sent/unknown');
+is(ledger_key($sim, 'ka_empty:9:hit'), '1 0 1', 'at_most_once, empty body: the provider got it exactly once');
+
 # --- isolation: a lane whose provider hangs does not delay another lane ---
 set_provider($node, 'stuck', $sim->{url},
 	headers => q('{"X-Sim-Fault": "timeout"}'), timeout => q('20 seconds'));
