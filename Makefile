@@ -15,6 +15,7 @@ OBJS = \
 	src/wake.o \
 	src/type_cache.o \
 	src/enqueue.o \
+	src/enqueue_fast.o \
 	src/launcher.o \
 	src/sender.o \
 	src/job_state.o \
@@ -25,7 +26,7 @@ OBJS = \
 
 DATA = $(wildcard notif_deliver--*.sql)
 
-REGRESS = setup schema enqueue privileges replay
+REGRESS = setup schema enqueue enqueue_paths privileges replay
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 

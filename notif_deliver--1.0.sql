@@ -85,29 +85,26 @@ COMMENT ON TABLE notif_type IS 'kinds of notification, each with its delivery gu
 /*
  * notif_job: the outbox, one row per business message.
  * (user_id, kind, order_id) is the business key: enqueueing it twice is a no-op.
- *
- * The CHECKs are written as "= ANY (array constant)" and kept to the two the
- * state machine needs: PostgreSQL re-reads a table's CHECK expressions at
- * every INSERT statement, and notif_enqueue runs one per call.  The payload's
- * shape (a JSON object) is checked by notif_enqueue.
  */
 CREATE TABLE notif_job (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     user_id bigint NOT NULL,
     kind text NOT NULL REFERENCES notif_type ON UPDATE CASCADE,
     order_id text NOT NULL,
-    payload jsonb NOT NULL,
+    payload jsonb NOT NULL
+        CONSTRAINT notif_job_payload_check CHECK (jsonb_typeof(payload) = 'object'),
     status text NOT NULL DEFAULT 'queued'
         CONSTRAINT notif_job_status_check
-        CHECK (status = ANY ('{queued,sending,sent,failed,expired}'::text[])),
-    tries int NOT NULL DEFAULT 0,
+        CHECK (status IN ('queued', 'sending', 'sent', 'failed', 'expired')),
+    tries int NOT NULL DEFAULT 0
+        CONSTRAINT notif_job_tries_check CHECK (tries >= 0),
     created_at timestamptz NOT NULL DEFAULT now(),
     next_at timestamptz NOT NULL,
     deadline_at timestamptz,
     sent_at timestamptz,
     outcome text
         CONSTRAINT notif_job_outcome_check
-        CHECK (outcome = ANY ('{accepted,rejected,unreached,unknown}'::text[])),
+        CHECK (outcome IN ('accepted', 'rejected', 'unreached', 'unknown')),
     http_status int,
     last_error text,
     -- set while a sender holds the job (status 'sending', or 'sent' by an

@@ -78,6 +78,8 @@ DELETE FROM notif_provider WHERE name = 'sms_vn';
 -- the job table's CHECKs
 SELECT try($$INSERT INTO notif_job (user_id, kind, order_id, payload, next_at, status) VALUES (1, 'otp', 'x', '{}', now(), 'lost')$$);
 SELECT try($$INSERT INTO notif_job (user_id, kind, order_id, payload, next_at, outcome) VALUES (1, 'otp', 'x', '{}', now(), 'maybe')$$);
+SELECT try($$INSERT INTO notif_job (user_id, kind, order_id, payload, next_at) VALUES (1, 'otp', 'x', '[1]', now())$$);
+SELECT try($$INSERT INTO notif_job (user_id, kind, order_id, payload, next_at, tries) VALUES (1, 'otp', 'x', '{}', now(), -1)$$);
 SELECT try($$INSERT INTO notif_job (user_id, kind, order_id, payload, next_at) VALUES (1, 'nokind', 'x', '{}', now())$$);
 SELECT try($$INSERT INTO notif_job (id, user_id, kind, order_id, payload, next_at) VALUES (7, 1, 'otp', 'x', '{}', now())$$);
 SELECT try($$INSERT INTO notif_attempt (job_id, try, started_at, outcome) VALUES (1, 1, now(), 'maybe')$$);

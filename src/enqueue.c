@@ -8,7 +8,8 @@
  * nothing is written and the existing job's id is returned: a replayed
  * event, a client retry or two sessions racing all end with one row, and
  * the first payload stands.  The type's deadline comes from the session's
- * type cache (type_cache.c), so a cached enqueue runs a single statement.
+ * type cache (type_cache.c); the insert itself goes through the fast path
+ * (enqueue_fast.c) when the table allows it, else through SPI.
  *
  *-------------------------------------------------------------------------
  */
@@ -25,6 +26,7 @@
 #include "utils/timestamp.h"
 #include "access/xact.h"
 
+#include "enqueue_fast.h"
 #include "notif_deliver.h"
 
 /* longest order_id, in bytes: it travels in the idempotency key header */
@@ -36,6 +38,9 @@
 static Oid	plans_nspid = InvalidOid;
 static SPIPlanPtr insert_plan = NULL;
 static SPIPlanPtr select_plan = NULL;
+
+static int64 enqueue_spi(Oid nspid, Datum *values, char *nulls, int64 user_id,
+						 const char *kind, const char *order_id);
 
 PG_FUNCTION_INFO_V1(notif_enqueue);
 PG_FUNCTION_INFO_V1(notif_enqueue_bigint);
@@ -148,9 +153,7 @@ enqueue_internal(FunctionCallInfo fcinfo, text *order_id_text)
 	Datum		values[6];
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 	Oid			nspid;
-	int64		id = 0;
-	bool		found = false;
-	int			loops;
+	int64		id;
 
 	/* validate the arguments, naming the one at fault */
 	if (PG_ARGISNULL(0))
@@ -199,9 +202,6 @@ enqueue_internal(FunctionCallInfo fcinfo, text *order_id_text)
 
 	nspid = extension_namespace(fcinfo);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-
 	if (!notif_type_lookup(nspid, kind, &type))
 		ereport(ERROR,
 				(errcode(ERRCODE_FOREIGN_KEY_VIOLATION),
@@ -225,15 +225,46 @@ enqueue_internal(FunctionCallInfo fcinfo, text *order_id_text)
 	else
 		nulls[5] = 'n';
 
+	values[NOTIF_FAST_USER_ID] = Int64GetDatum(user_id);
+	values[NOTIF_FAST_KIND] = CStringGetTextDatum(kind);
+	values[NOTIF_FAST_ORDER_ID] = PointerGetDatum(cstring_to_text(order_id));
+	values[NOTIF_FAST_PAYLOAD] = JsonbPGetDatum(payload);
+	values[NOTIF_FAST_NEXT_AT] = TimestampTzGetDatum(next_at);
+	values[NOTIF_FAST_DEADLINE_AT] = deadline_at;
+
+	if (notif_fast_usable(nspid))
+	{
+		bool		isnull[NOTIF_FAST_NCOLS] = {0};
+		bool		inserted;
+
+		isnull[NOTIF_FAST_DEADLINE_AT] = (nulls[5] == 'n');
+		id = notif_fast_insert(values, isnull, &inserted);
+	}
+	else
+		id = enqueue_spi(nspid, values, nulls, user_id, kind, order_id);
+
+	/* the lane's sender is woken when (and if) this transaction commits */
+	notif_wake_lane_at_commit(type.lane);
+
+	PG_RETURN_INT64(id);
+}
+
+/*
+ * The SPI path: for a notif_job the fast path does not serve (see
+ * enqueue_fast.c), one prepared INSERT ... ON CONFLICT DO NOTHING.
+ */
+static int64
+enqueue_spi(Oid nspid, Datum *values, char *nulls, int64 user_id,
+			const char *kind, const char *order_id)
+{
+	int64		id = 0;
+	bool		found = false;
+	int			loops;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
 	if (insert_plan == NULL || plans_nspid != nspid)
 		prepare_plans(nspid);
-
-	values[0] = Int64GetDatum(user_id);
-	values[1] = CStringGetTextDatum(kind);
-	values[2] = PointerGetDatum(cstring_to_text(order_id));
-	values[3] = JsonbPGetDatum(payload);
-	values[4] = TimestampTzGetDatum(next_at);
-	values[5] = deadline_at;
 
 	/*
 	 * Insert; on a conflict read the existing row's id.  The row can vanish
@@ -244,7 +275,8 @@ enqueue_internal(FunctionCallInfo fcinfo, text *order_id_text)
 		int			ret;
 		bool		isnull;
 
-		ret = SPI_execute_plan(insert_plan, values, nulls, false, 1);
+		/* no row limit: a limited run would skip AFTER STATEMENT triggers */
+		ret = SPI_execute_plan(insert_plan, values, nulls, false, 0);
 		if (ret != SPI_OK_INSERT_RETURNING)
 			elog(ERROR, "notif_job insert failed: %s", SPI_result_code_string(ret));
 		if (SPI_processed == 0)
@@ -267,11 +299,7 @@ enqueue_internal(FunctionCallInfo fcinfo, text *order_id_text)
 						user_id, kind, order_id)));
 
 	SPI_finish();
-
-	/* the lane's sender is woken when (and if) this transaction commits */
-	notif_wake_lane_at_commit(type.lane);
-
-	PG_RETURN_INT64(id);
+	return id;
 }
 
 /* notif_enqueue(user_id bigint, kind text, order_id text, payload jsonb, not_before timestamptz) */

@@ -51,7 +51,7 @@ type_cache_invalidate(Datum arg, Oid relid)
 }
 
 /*
- * Make the cache empty and tied to schema nspid; prepare the lookup plan.
+ * Make the cache empty and tied to schema nspid.
  */
 static void
 type_cache_reset(Oid nspid)
@@ -71,16 +71,25 @@ type_cache_reset(Oid nspid)
 	type_cache = hash_create("notif_deliver type cache", 64, &ctl,
 							 HASH_ELEM | HASH_STRINGS);
 
-	if (nspid != cached_nspid || lookup_plan == NULL)
+	if (nspid != cached_nspid && lookup_plan)
+	{
+		SPI_freeplan(lookup_plan);
+		lookup_plan = NULL;
+	}
+	cached_nspid = nspid;
+	cached_relid = get_relname_relid("notif_type", nspid);
+	type_cache_valid = true;
+}
+
+/* The lookup plan, prepared once per session (connected to SPI). */
+static SPIPlanPtr
+get_lookup_plan(Oid nspid)
+{
+	if (lookup_plan == NULL)
 	{
 		Oid			argtypes[1] = {TEXTOID};
 		SPIPlanPtr	plan;
 
-		if (lookup_plan)
-		{
-			SPI_freeplan(lookup_plan);
-			lookup_plan = NULL;
-		}
 		plan = SPI_prepare(notif_qualified_sql(nspid,
 											   "SELECT deadline, lane FROM %s.notif_type"
 											   " WHERE code OPERATOR(pg_catalog.=) $1"),
@@ -91,15 +100,13 @@ type_cache_reset(Oid nspid)
 			elog(ERROR, "SPI_keepplan failed");
 		lookup_plan = plan;
 	}
-
-	cached_nspid = nspid;
-	cached_relid = get_relname_relid("notif_type", nspid);
-	type_cache_valid = true;
+	return lookup_plan;
 }
 
 /*
  * Look up notification type "code" of the extension in schema nspid.
- * Returns false when there is no such type.  The caller is connected to SPI.
+ * Returns false when there is no such type.  Queries (through SPI) only
+ * when the session's cache does not know the type.
  */
 bool
 notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info)
@@ -128,9 +135,11 @@ notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info)
 		NotifTypeInfo fresh = {0};
 		int			ret;
 
-		if (lookup_plan == NULL)
+		if (nspid != cached_nspid)
 			type_cache_reset(nspid);
-		ret = SPI_execute_plan(lookup_plan, values, NULL, true, 1);
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		ret = SPI_execute_plan(get_lookup_plan(nspid), values, NULL, true, 1);
 		if (ret != SPI_OK_SELECT)
 			elog(ERROR, "notif_type lookup failed: %s", SPI_result_code_string(ret));
 
@@ -147,7 +156,7 @@ notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info)
 			d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
 			text_to_cstring_buffer(DatumGetTextPP(d), fresh.lane, sizeof(fresh.lane));
 		}
-		SPI_freetuptable(SPI_tuptable);
+		SPI_finish();
 
 		/* the lookup may have processed an invalidation: recheck */
 		if (strlen(code) < TYPE_CODE_MAXLEN && type_cache_valid)

@@ -62,6 +62,25 @@ is( $node->safe_psql('postgres',
 	"$b_id2 from B",
 	'the surviving row is the second session\'s');
 
+# --- REPEATABLE READ: a key committed after the snapshot cannot be reused ---
+# (as INSERT ... ON CONFLICT DO NOTHING does: a serialization failure)
+my $rr = $node->background_psql('postgres', on_error_stop => 0);
+$rr->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+$rr->query_safe('SELECT count(*) FROM notif_job');
+$b->query_safe(q{SELECT notif_enqueue(42, 'otp', 'race-rr')});
+$rr->query(q{SELECT notif_enqueue(42, 'otp', 'race-rr')});
+like($rr->{stderr}, qr/could not serialize access due to concurrent update/,
+	'REPEATABLE READ: a key committed after the snapshot is a serialization failure');
+$rr->{stderr} = '';
+$rr->query_safe('ROLLBACK');
+# a key committed before the snapshot is simply found
+$rr->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+is($rr->query_safe(q{SELECT notif_enqueue(42, 'otp', 'race-rr')}),
+	$node->safe_psql('postgres', q{SELECT id FROM notif_job WHERE order_id = 'race-rr'}),
+	'REPEATABLE READ: a key visible to the snapshot returns its job');
+$rr->query_safe('COMMIT');
+$rr->quit;
+
 $a->quit;
 $b->quit;
 

@@ -1,0 +1,60 @@
+-- enqueue_paths: notif_enqueue inserts the way INSERT would, whatever the
+-- table has become: user triggers, CHECKs and columns added by the DBA.
+-- (A table with BEFORE or statement triggers is served by the SPI path,
+-- the others by the fast path; both must behave as INSERT ... ON CONFLICT.)
+
+CREATE TABLE enqueue_audit (job_id bigint, kind text, at text);
+CREATE FUNCTION audit_job() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO enqueue_audit VALUES (NEW.id, NEW.kind, TG_WHEN || ' ' || TG_LEVEL);
+    RETURN NEW;
+END $$;
+
+-- an AFTER ROW trigger fires once per new job, not for a repeated key
+CREATE TRIGGER audit_after AFTER INSERT ON notif_job FOR EACH ROW EXECUTE FUNCTION audit_job();
+SELECT notif_enqueue(6000, 'otp', 'after-trigger') = notif_enqueue(6000, 'otp', 'after-trigger') AS same_job;
+SELECT a.at, a.job_id = j.id AS its_job FROM enqueue_audit a JOIN notif_job j ON j.user_id = 6000;
+DROP TRIGGER audit_after ON notif_job;
+
+-- a BEFORE ROW trigger may change the row: it runs, as for INSERT
+CREATE FUNCTION stamp_job() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.payload := NEW.payload || '{"stamped": true}';
+    RETURN NEW;
+END $$;
+CREATE TRIGGER stamp_before BEFORE INSERT ON notif_job FOR EACH ROW EXECUTE FUNCTION stamp_job();
+SELECT notif_enqueue(6001, 'otp', 'before-trigger', '{"text":"x"}') = notif_enqueue(6001, 'otp', 'before-trigger') AS same_job;
+SELECT payload FROM notif_job WHERE user_id = 6001;
+DROP TRIGGER stamp_before ON notif_job;
+-- and statement triggers too
+CREATE TRIGGER audit_statement AFTER INSERT ON notif_job FOR EACH STATEMENT EXECUTE FUNCTION audit_job();
+SELECT notif_enqueue(6002, 'otp', 'statement-trigger') > 0 AS enqueued;
+SELECT at FROM enqueue_audit WHERE at LIKE '%STATEMENT' ;
+DROP TRIGGER audit_statement ON notif_job;
+
+-- a CHECK the DBA adds is enforced, with its own name
+ALTER TABLE notif_job ADD CONSTRAINT positive_user CHECK (user_id > 0);
+SELECT try($$SELECT notif_enqueue(-5, 'otp', 'negative')$$) AS negative_user;
+SELECT notif_enqueue(6003, 'otp', 'positive') > 0 AS enqueued;
+ALTER TABLE notif_job DROP CONSTRAINT positive_user;
+SELECT notif_enqueue(-5, 'otp', 'negative') > 0 AS enqueued_after_drop;
+
+-- a column the DBA adds gets its default
+ALTER TABLE notif_job ADD COLUMN tenant text NOT NULL DEFAULT 'vn';
+SELECT notif_enqueue(6004, 'otp', 'tenant') > 0 AS enqueued;
+SELECT tenant FROM notif_job WHERE user_id = 6004;
+ALTER TABLE notif_job DROP COLUMN tenant;
+SELECT notif_enqueue(6005, 'otp', 'after-drop-column') > 0 AS enqueued;
+
+-- ids come from the identity, in order
+SELECT notif_enqueue(6006, 'otp', 'a') < notif_enqueue(6006, 'otp', 'b') AS ids_grow;
+
+-- a job enqueued and read back in one statement is visible to it
+SELECT (SELECT count(*) FROM notif_job WHERE user_id = 6007) AS before,
+       notif_enqueue(6007, 'otp', 'one-statement') > 0 AS enqueued;
+SELECT count(*) AS after FROM notif_job WHERE user_id = 6007;
+
+DROP TABLE enqueue_audit;
+DROP FUNCTION audit_job();
+DROP FUNCTION stamp_job();
+DELETE FROM notif_job WHERE user_id BETWEEN 6000 AND 6007 OR user_id = -5;

@@ -1,0 +1,327 @@
+/*-------------------------------------------------------------------------
+ *
+ * enqueue_fast.c
+ *      The fast path of notif_enqueue: one INSERT ... ON CONFLICT DO NOTHING
+ *      into notif_job done the way the executor's ExecInsert does it, without
+ *      the setup the executor repeats for every statement (plan cache checks,
+ *      plan tree, projections, and reading the table's CHECK constraints
+ *      anew, which costs more than the insert itself).
+ *
+ * What a plain INSERT would do, this does: column defaults (the identity
+ * included), NOT NULL and CHECK constraints, a speculative insertion with
+ * the unique key as arbiter, every index, AFTER ROW triggers (the foreign
+ * key check on notif_type among them) fired at the end of the call, and the
+ * serialization check of ON CONFLICT DO NOTHING at REPEATABLE READ.  The
+ * CHECK and default expressions are prepared once per session and
+ * forgotten whenever notif_job's definition changes (relcache callback).
+ *
+ * A table this path does not know how to serve exactly as INSERT would
+ * (statement or BEFORE triggers, row level security, generated columns)
+ * makes notif_enqueue use its SPI path instead: correctness first.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "nodes/nodeFuncs.h"
+#include "optimizer/optimizer.h"
+#include "rewrite/rewriteHandler.h"
+#include "storage/lmgr.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+#include "enqueue_fast.h"
+
+typedef struct FastCache
+{
+	bool		valid;
+	bool		usable;			/* false: use the SPI path */
+	Oid			nspid;
+	Oid			relid;
+	Oid			arbiter;		/* the unique index on (user_id, kind, order_id) */
+	MemoryContext cxt;
+	int			natts;
+	AttrNumber	att[NOTIF_FAST_NCOLS];	/* where the given values go */
+	AttrNumber	att_id;
+	ExprState **defaults;		/* per attribute, NULL: given, or no default */
+	ExprState **checks;			/* the CHECK constraints, prepared */
+} FastCache;
+
+static FastCache cache;
+static bool callback_registered = false;
+
+static const char *const given_columns[NOTIF_FAST_NCOLS] = {
+	"user_id", "kind", "order_id", "payload", "next_at", "deadline_at"
+};
+
+static void
+fast_cache_invalidate(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == cache.relid)
+		cache.valid = false;
+}
+
+/*
+ * Prepare, for notif_job in schema nspid, what every call needs: where each
+ * column goes, the default expressions, the CHECK expressions.  Decides
+ * whether the fast path can serve this table.
+ */
+static void
+fast_cache_build(Oid nspid)
+{
+	Relation	rel;
+	TupleDesc	desc;
+	TriggerDesc *trig;
+	MemoryContext old;
+	int			i;
+	List	   *indexes;
+	ListCell   *lc;
+
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(fast_cache_invalidate, (Datum) 0);
+		callback_registered = true;
+	}
+	if (cache.cxt)
+		MemoryContextDelete(cache.cxt);
+	memset(&cache, 0, sizeof(cache));
+	cache.cxt = AllocSetContextCreate(TopMemoryContext, "notif_deliver enqueue fast path",
+									  ALLOCSET_SMALL_SIZES);
+	cache.nspid = nspid;
+	cache.relid = get_relname_relid("notif_job", nspid);
+	cache.valid = true;
+	if (!OidIsValid(cache.relid))
+		return;
+
+	rel = table_open(cache.relid, AccessShareLock);
+	desc = RelationGetDescr(rel);
+	trig = rel->trigdesc;
+
+	/* what only the executor's full path does */
+	if ((trig && (trig->trig_insert_before_row || trig->trig_insert_instead_row ||
+				  trig->trig_insert_before_statement || trig->trig_insert_after_statement ||
+				  trig->trig_insert_new_table)) ||
+		rel->rd_rel->relrowsecurity ||
+		rel->rd_rel->relkind != RELKIND_RELATION ||
+		(desc->constr && desc->constr->has_generated_stored))
+	{
+		table_close(rel, AccessShareLock);
+		return;
+	}
+
+	old = MemoryContextSwitchTo(cache.cxt);
+	cache.natts = desc->natts;
+	for (i = 0; i < NOTIF_FAST_NCOLS; i++)
+	{
+		cache.att[i] = get_attnum(cache.relid, given_columns[i]);
+		if (cache.att[i] == InvalidAttrNumber)
+			goto unusable;
+	}
+	cache.att_id = get_attnum(cache.relid, "id");
+	if (cache.att_id == InvalidAttrNumber ||
+		TupleDescAttr(desc, cache.att_id - 1)->atttypid != INT8OID)
+		goto unusable;
+
+	/* defaults (the identity too) for the columns not given */
+	cache.defaults = palloc0(sizeof(ExprState *) * desc->natts);
+	for (i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute attr = TupleDescAttr(desc, i);
+		Node	   *expr;
+		int			j;
+		bool		given = false;
+
+		if (attr->attisdropped)
+			continue;
+		for (j = 0; j < NOTIF_FAST_NCOLS; j++)
+			if (cache.att[j] == attr->attnum)
+				given = true;
+		if (given)
+			continue;
+		expr = build_column_default(rel, attr->attnum);
+		if (expr)
+			cache.defaults[i] = ExecInitExpr(expression_planner((Expr *) expr), NULL);
+	}
+
+	/* the CHECK constraints, in the order ExecConstraints expects them */
+	if (desc->constr && desc->constr->num_check > 0)
+	{
+		cache.checks = palloc0(sizeof(ExprState *) * desc->constr->num_check);
+		for (i = 0; i < desc->constr->num_check; i++)
+		{
+			Expr	   *check = stringToNode(desc->constr->check[i].ccbin);
+
+			cache.checks[i] = ExecInitExpr(expression_planner(check), NULL);
+		}
+	}
+
+	/* the arbiter: the unique index on exactly (user_id, kind, order_id) */
+	indexes = RelationGetIndexList(rel);
+	foreach(lc, indexes)
+	{
+		Relation	idx = index_open(lfirst_oid(lc), AccessShareLock);
+		Form_pg_index form = idx->rd_index;
+
+		if (form->indisunique && form->indimmediate && form->indisvalid &&
+			form->indnkeyatts == 3 &&
+			form->indkey.values[0] == cache.att[NOTIF_FAST_USER_ID] &&
+			form->indkey.values[1] == cache.att[NOTIF_FAST_KIND] &&
+			form->indkey.values[2] == cache.att[NOTIF_FAST_ORDER_ID] &&
+			RelationGetIndexPredicate(idx) == NIL &&
+			RelationGetIndexExpressions(idx) == NIL)
+			cache.arbiter = RelationGetRelid(idx);
+		index_close(idx, AccessShareLock);
+	}
+	if (!OidIsValid(cache.arbiter))
+		goto unusable;
+
+	MemoryContextSwitchTo(old);
+	table_close(rel, AccessShareLock);
+	cache.usable = true;
+	return;
+
+unusable:
+	MemoryContextSwitchTo(old);
+	table_close(rel, AccessShareLock);
+}
+
+bool
+notif_fast_usable(Oid nspid)
+{
+	if (!cache.valid || cache.nspid != nspid)
+		fast_cache_build(nspid);
+	return cache.usable;
+}
+
+/* the id of the row at tid; at REPEATABLE READ it must be visible to us */
+static int64
+conflicting_id(Relation rel, ItemPointer tid, EState *estate)
+{
+	TupleTableSlot *slot = table_slot_create(rel, &estate->es_tupleTable);
+	bool		isnull;
+	Datum		id;
+
+	if (!table_tuple_fetch_row_version(rel, tid, SnapshotAny, slot))
+		elog(ERROR, "notif_deliver: failed to fetch the conflicting notif_job row");
+
+	/* as ON CONFLICT DO NOTHING checks it (ExecCheckTIDVisible) */
+	if (IsolationUsesXactSnapshot() &&
+		!table_tuple_satisfies_snapshot(rel, slot, estate->es_snapshot))
+	{
+		Datum		xmin = slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull);
+
+		if (!TransactionIdIsCurrentTransactionId(DatumGetTransactionId(xmin)))
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent update")));
+	}
+	id = slot_getattr(slot, cache.att_id, &isnull);
+	return DatumGetInt64(id);
+}
+
+/*
+ * Insert the job, or find the existing one with its key.  Returns the id;
+ * *inserted says which.  The caller has checked notif_fast_usable().
+ */
+int64
+notif_fast_insert(Datum *given, bool *given_null, bool *inserted)
+{
+	EState	   *estate = CreateExecutorState();
+	ExprContext *econtext = GetPerTupleExprContext(estate);
+	MemoryContext old = MemoryContextSwitchTo(estate->es_query_cxt);
+	ResultRelInfo *rri = makeNode(ResultRelInfo);
+	Relation	rel;
+	TupleTableSlot *slot;
+	List	   *arbiters = list_make1_oid(cache.arbiter);
+	List	   *recheck;
+	int64		id = 0;
+	int			i;
+
+	/* as SPI does before a statement that writes */
+	CommandCounterIncrement();
+	estate->es_output_cid = GetCurrentCommandId(true);
+	estate->es_snapshot = GetActiveSnapshot();
+
+	rel = table_open(cache.relid, RowExclusiveLock);
+	InitResultRelInfo(rri, rel, 0, NULL, 0);	/* no range table */
+	rri->ri_ConstraintExprs = cache.checks;
+	ExecOpenIndices(rri, true);
+	/* where the trigger machinery looks for the relation (not reopening it) */
+	estate->es_opened_result_relations = list_make1(rri);
+	slot = table_slot_create(rel, &estate->es_tupleTable);
+
+	/* the row: given values, then defaults (the identity draws its id) */
+	ExecClearTuple(slot);
+	for (i = 0; i < cache.natts; i++)
+	{
+		slot->tts_isnull[i] = true;
+		slot->tts_values[i] = (Datum) 0;
+		if (cache.defaults[i])
+			slot->tts_values[i] = ExecEvalExprSwitchContext(cache.defaults[i], econtext,
+															&slot->tts_isnull[i]);
+	}
+	for (i = 0; i < NOTIF_FAST_NCOLS; i++)
+	{
+		slot->tts_values[cache.att[i] - 1] = given[i];
+		slot->tts_isnull[cache.att[i] - 1] = given_null[i];
+	}
+	ExecStoreVirtualTuple(slot);
+
+	ExecConstraints(rri, slot, estate);
+
+	AfterTriggerBeginQuery();
+	for (;;)
+	{
+		ItemPointerData conflict;
+		bool		spec_conflict = false;
+		uint32		token;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!ExecCheckIndexConstraints(rri, slot, estate, &conflict, arbiters))
+		{
+			/* the key exists (committed, or ours): its job stands */
+			id = conflicting_id(rel, &conflict, estate);
+			*inserted = false;
+			break;
+		}
+
+		token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
+		table_tuple_insert_speculative(rel, slot, estate->es_output_cid, 0, NULL, token);
+		recheck = ExecInsertIndexTuples(rri, slot, estate, false, true,
+										&spec_conflict, arbiters);
+		table_tuple_complete_speculative(rel, slot, token, !spec_conflict);
+		SpeculativeInsertionLockRelease(GetCurrentTransactionId());
+		if (spec_conflict)
+		{
+			/* someone inserted the key meanwhile: look again */
+			list_free(recheck);
+			continue;
+		}
+
+		ExecARInsertTriggers(estate, rri, slot, recheck, NULL);
+		id = DatumGetInt64(slot->tts_values[cache.att_id - 1]);
+		*inserted = true;
+		break;
+	}
+	/* fires the AFTER ROW triggers: the foreign key check on kind */
+	AfterTriggerEndQuery(estate);
+
+	/* closes our indexes, and what the triggers opened */
+	ExecCloseResultRelations(estate);
+	table_close(rel, NoLock);
+	ExecResetTupleTable(estate->es_tupleTable, false);
+	MemoryContextSwitchTo(old);
+	FreeExecutorState(estate);
+	return id;
+}
