@@ -4,7 +4,8 @@
 #   make install         install it into the server found by pg_config
 #   make installcheck    pg_regress (sql/) and TAP tests (test/t/) against it
 #   make test            all of the above on a fresh machine (test/run)
-#   make demo            a throwaway cluster with the example types (test/demo)
+#   make demo            a throwaway cluster delivering the example types (test/demo)
+#   make bench           the benchmark scripts under test/bench (after make install)
 
 EXTENSION = notif_deliver
 MODULE_big = notif_deliver
@@ -54,5 +55,6 @@ test:
 demo:
 	bash test/demo
 
-bench:
+bench: $(SIM)
 	bash test/bench/enqueue_bulk.sh
+	bash test/bench/dispatch.sh

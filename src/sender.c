@@ -371,6 +371,18 @@ claim_jobs(void)
 	claim_at = more ? 0 : next;
 }
 
+/* A claimed call that never started: record it with this outcome. */
+static void
+never_started(NotifCall *call, NotifOutcome outcome, const char *error)
+{
+	call->outcome = outcome;
+	if (error)
+		call->error = (char *) error;
+	call->started_at = call->ended_at = GetCurrentTimestamp();
+	notif_throttle_release(call->provider_slot, 1, false);
+	dlist_push_tail(&finished, &call->node);
+}
+
 /* The claimed calls, once their claim has committed. */
 static void
 start_claimed(void)
@@ -383,25 +395,12 @@ start_claimed(void)
 
 		dlist_delete(&call->node);
 		if (call->deadline_at != 0 && GetCurrentTimestamp() >= call->deadline_at)
-		{
-			/* no attempt starts after the deadline */
-			call->outcome = OUTCOME_NOT_STARTED;
-			call->error = "deadline passed before the attempt could start";
-			call->started_at = call->ended_at = GetCurrentTimestamp();
-			notif_throttle_release(call->provider_slot, 1, false);
-			dlist_push_tail(&finished, &call->node);
-			continue;
-		}
-		if (!notif_http_start(call))
-		{
-			/* nothing was sent: the job goes back as unreached */
-			call->outcome = OUTCOME_UNREACHED;
-			call->started_at = call->ended_at = GetCurrentTimestamp();
-			notif_throttle_release(call->provider_slot, 1, false);
-			dlist_push_tail(&finished, &call->node);
-			continue;
-		}
-		pg_atomic_fetch_add_u32(&slot->inflight, 1);
+			never_started(call, OUTCOME_NOT_STARTED,	/* none after the deadline */
+						  "deadline passed before the attempt could start");
+		else if (!notif_http_start(call))
+			never_started(call, OUTCOME_UNREACHED, NULL);	/* nothing was sent */
+		else
+			pg_atomic_fetch_add_u32(&slot->inflight, 1);
 	}
 }
 
