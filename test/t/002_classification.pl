@@ -106,6 +106,21 @@ is( $node->safe_psql('postgres', qq{
 		    FROM notif_attempt WHERE job_id = $id{alo_s429}) g WHERE gap IS NOT NULL}),
 	't', '429 with Retry-After: 1 is retried no sooner than a second later');
 
+# Retry-After on a 503 is honoured too (and a 503 is ambiguous: unknown)
+set_provider($node, 'p_s503', $sim->{url},
+	headers => q('{"X-Sim-Fault": "503", "X-Sim-Retry-After": "1"}'),
+	idempotency_header => q('Idempotency-Key'));
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
+	VALUES ('alo_s503', 'at_least_once', 2, 'p_s503', '100 ms', '200 ms')});
+my $s503 = $node->safe_psql('postgres', q{SELECT notif_enqueue(7, 'alo_s503', 'order-1', '{"text":"x"}')});
+ok(wait_until($node, "SELECT status = 'failed' AND claimed_by IS NULL FROM notif_job WHERE id = $s503"),
+	'at_least_once, 503: retried, then failed');
+is(job_row($node, $s503), 'failed unknown 2 503', 'at_least_once, 503: unknown, as any 5xx');
+is( $node->safe_psql('postgres', qq{
+		SELECT max(started_at) - min(started_at) >= interval '900 ms' FROM notif_attempt WHERE job_id = $s503}),
+	't', '503 with Retry-After: 1 is retried no sooner than a second later');
+
 # a 502 carries its error text; a refused connection says so
 like($node->safe_psql('postgres', "SELECT last_error FROM notif_job WHERE id = $id{alo_s502}"),
 	qr/^HTTP 502/, 'last_error names the HTTP status');
