@@ -31,13 +31,17 @@ REGRESS = setup schema enqueue enqueue_paths privileges replay
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 
-PG_CPPFLAGS = -I$(srcdir)/src $(shell curl-config --cflags)
+PG_CPPFLAGS = -I$(srcdir)/src $(shell curl-config --cflags 2>/dev/null)
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
-SHLIB_LINK = $(shell curl-config --libs)
+SHLIB_LINK = $(shell curl-config --libs 2>/dev/null)
 
+# On a bare machine `make test` runs before pg_config exists: test/run
+# installs it, then builds with PGXS.
 PG_CONFIG ?= pg_config
-PGXS := $(shell $(PG_CONFIG) --pgxs)
+PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
+ifneq ($(PGXS),)
 include $(PGXS)
+endif
 
 # PGXS does not track header dependencies: every object depends on every header
 $(OBJS): $(wildcard $(srcdir)/src/*.h)

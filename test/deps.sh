@@ -4,7 +4,7 @@
 # gets told what to install.
 set -euo pipefail
 packages=(make gcc libc6-dev postgresql-15 postgresql-server-dev-15 postgresql-client-15
-	libcurl4-openssl-dev libipc-run-perl openssl)
+	libcurl4-openssl-dev libipc-run-perl openssl bc procps)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
