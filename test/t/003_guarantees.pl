@@ -137,6 +137,13 @@ ok(wait_until($node, q{SELECT count(*) = 20 FROM notif_job WHERE kind = 'otp_fas
 is( $node->safe_psql('postgres', q{
 		SELECT count(*) FROM notif_job WHERE kind = 'otp_fast' AND sent_at - created_at > interval '2 seconds'}),
 	'0', 'no OTP waited for the hung lane');
+# no transaction stays open while calls are in flight
+# (polled: a short claim round may be running at the instant of one look)
+ok( wait_until($node, q{
+		SELECT count(*) = 0 FROM pg_stat_activity
+		 WHERE application_name = 'notif_deliver sender bulk'
+		   AND (xact_start IS NOT NULL OR backend_xid IS NOT NULL OR backend_xmin IS NOT NULL)}),
+	'the hung lane\'s sender holds no transaction, no xid, no snapshot during its calls');
 # stop the flood: its calls would hold the provider's slots for 20 s
 $node->safe_psql('postgres', q{UPDATE notif_type SET paused = true WHERE code = 'promo_stuck'});
 

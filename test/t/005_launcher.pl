@@ -128,6 +128,29 @@ cmp_ok( $node->safe_psql('postgres', q{
 		  FROM notif.notif_attempt a JOIN notif.notif_job j ON j.id = a.job_id WHERE j.kind = 'rated'}),
 	'>=', 2.5, '60 calls at rate_limit 20/s take at least 2.5 s (a tenth of a second of burst)');
 
+# --- the lane's cap, notif_deliver.max_inflight, reloads on SIGHUP ---
+$node->append_conf('postgresql.conf', "notif_deliver.max_inflight = 2\n");
+$node->reload;
+$node->safe_psql('postgres', qq{
+	INSERT INTO notif.notif_provider (name, url, headers, idempotency_header)
+	VALUES ('wide', '$sim->{url}', '{"X-Sim-Latency-Ms": "300"}', 'Idempotency-Key');
+	INSERT INTO notif.notif_type (code, delivery, max_tries, provider, lane)
+	VALUES ('capped', 'at_least_once', 1, 'wide', 'lc');});
+ok(wait_until($node, q{SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'notif_deliver sender lc'}),
+	'the capped lane has its sender');
+$node->safe_psql('postgres', q{SELECT count(notif.notif_enqueue(g, 'capped', 'c')) FROM generate_series(1, 8) g});
+ok(wait_until($node, q{SELECT count(*) = 8 FROM notif.notif_job WHERE kind = 'capped' AND status = 'sent'}),
+	'the capped jobs were sent');
+is( $node->safe_psql('postgres', q{
+		SELECT max(c) FROM (
+		  SELECT (SELECT count(*) FROM notif.notif_attempt b JOIN notif.notif_job jb ON jb.id = b.job_id
+		           WHERE jb.kind = 'capped' AND b.started_at <= a.started_at AND b.ended_at > a.started_at) AS c
+		    FROM notif.notif_attempt a JOIN notif.notif_job ja ON ja.id = a.job_id
+		   WHERE ja.kind = 'capped') x}),
+	'2', 'never more than notif_deliver.max_inflight (2, set by reload) calls at once in a lane');
+$node->append_conf('postgresql.conf', "notif_deliver.max_inflight = 256\n");
+$node->reload;
+
 # --- retention: finished jobs and their attempts are purged, the rest kept ---
 $node->safe_psql('postgres', q{
 	INSERT INTO notif.notif_type (code, delivery, max_tries, retention, provider)
