@@ -312,7 +312,7 @@ notif_launcher_main(Datum arg)
 		uint64		generation;
 		Oid			extension;
 		bool		senders_ok = true;
-		bool		purge = false;
+		volatile bool purge = false;
 		int			i;
 
 		if (ConfigReloadPending)

@@ -32,6 +32,7 @@
 #include <signal.h>
 
 #include "access/xact.h"
+#include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -496,6 +497,18 @@ sender_round(bool want_claim)
 	}
 }
 
+/* Is the extension installed now?  (A transaction of its own.) */
+static bool
+extension_installed(void)
+{
+	bool		installed;
+
+	StartTransactionCommand();
+	installed = OidIsValid(get_extension_oid(NOTIF_EXTENSION_NAME, true));
+	CommitTransactionCommand();
+	return installed;
+}
+
 static void
 round_failed(void)
 {
@@ -511,6 +524,16 @@ round_failed(void)
 	pending_grant = 0;
 	config_stale = true;
 	pgstat_report_activity(STATE_IDLE, NULL);
+
+	/*
+	 * A DROP EXTENSION that committed during the round is no error: the
+	 * launcher stops this sender within a second.  Wait for it quietly.
+	 */
+	if (!extension_installed())
+	{
+		backoff_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
+		return;
+	}
 
 	if (last_error == NULL || strcmp(last_error, edata->message) != 0)
 	{
