@@ -167,7 +167,6 @@ static PlanDef plans[N_PLANS] = {
 };
 
 static Oid	plans_extension = InvalidOid;
-static Oid	plans_namespace = InvalidOid;
 
 /*
  * Prepare the plans for the extension as it is now.  Returns false when the
@@ -177,6 +176,7 @@ bool
 notif_sql_prepare(void)
 {
 	Oid			ext = get_extension_oid(NOTIF_EXTENSION_NAME, true);
+	Oid			nspid;
 	int			i;
 
 	if (!OidIsValid(ext))
@@ -187,7 +187,7 @@ notif_sql_prepare(void)
 	if (ext == plans_extension)
 		return true;
 
-	plans_namespace = notif_extension_schema(ext);
+	nspid = notif_extension_schema(ext);
 	for (i = 0; i < N_PLANS; i++)
 	{
 		SPIPlanPtr	p;
@@ -195,7 +195,7 @@ notif_sql_prepare(void)
 		if (plans[i].plan)
 			SPI_freeplan(plans[i].plan);
 		plans[i].plan = NULL;
-		p = SPI_prepare(notif_qualified_sql(plans_namespace, *plans[i].sql),
+		p = SPI_prepare(notif_qualified_sql(nspid, *plans[i].sql),
 						plans[i].nargs, plans[i].argtypes);
 		if (p == NULL)
 			elog(ERROR, "notif_deliver: could not prepare statement: %s",
@@ -205,12 +205,6 @@ notif_sql_prepare(void)
 	}
 	plans_extension = ext;
 	return true;
-}
-
-Oid
-notif_sql_namespace(void)
-{
-	return plans_namespace;
 }
 
 static void
@@ -254,6 +248,16 @@ col_int(int row, int c)
 		default:
 			return DatumGetInt64(d);
 	}
+}
+
+/* a timestamptz column; 0 for NULL */
+static TimestampTz
+col_timestamptz(int row, int c)
+{
+	bool		isnull;
+	Datum		d = col(row, c, &isnull);
+
+	return isnull ? 0 : DatumGetTimestampTz(d);
 }
 
 static NotifFormat
@@ -351,9 +355,7 @@ notif_sql_claim(const char *kind, int limit, int64 incarnation,
 		MemoryContextSwitchTo(old);
 		j->status = col_text(i, 5, cxt);
 		j->tries = col_int(i, 6);
-		j->deadline_at = DatumGetTimestampTz(col(i, 7, &isnull));
-		if (isnull)
-			j->deadline_at = 0;
+		j->deadline_at = col_timestamptz(i, 7);
 	}
 	*out = jobs;
 	return (int) SPI_processed;
@@ -455,19 +457,14 @@ notif_sql_orphans(const int64 *live, int n_live, MemoryContext cxt, NotifOrphanJ
 	for (i = 0; i < (int) SPI_processed; i++)
 	{
 		NotifOrphanJob *j = &jobs[i];
-		bool		isnull;
 
 		j->id = col_int(i, 1);
 		j->kind = col_text(i, 2, cxt);
 		j->status = col_text(i, 3, cxt);
 		j->tries = col_int(i, 4);
 		j->claimed_by = col_int(i, 5);
-		j->claimed_at = DatumGetTimestampTz(col(i, 6, &isnull));
-		if (isnull)
-			j->claimed_at = 0;
-		j->deadline_at = DatumGetTimestampTz(col(i, 7, &isnull));
-		if (isnull)
-			j->deadline_at = 0;
+		j->claimed_at = col_timestamptz(i, 6);
+		j->deadline_at = col_timestamptz(i, 7);
 		j->policy.max_tries = col_int(i, 8);
 		j->policy.backoff_min_ms = col_int(i, 9);
 		j->policy.backoff_max_ms = col_int(i, 10);
@@ -480,12 +477,8 @@ notif_sql_orphans(const int64 *live, int n_live, MemoryContext cxt, NotifOrphanJ
 int64
 notif_sql_max_holder(void)
 {
-	bool		isnull;
-	Datum		d;
-
 	run(PLAN_MAX_HOLDER, NULL, NULL, true, SPI_OK_SELECT);
-	d = col(0, 1, &isnull);
-	return isnull ? 0 : DatumGetInt64(d);
+	return col_int(0, 1);
 }
 
 /* When the earliest queued job of a type is due; 0 if none is queued. */
@@ -493,12 +486,9 @@ TimestampTz
 notif_sql_next_due(const char *kind)
 {
 	Datum		values[1] = {CStringGetTextDatum(kind)};
-	bool		isnull;
-	Datum		d;
 
 	run(PLAN_NEXT_DUE, values, NULL, true, SPI_OK_SELECT);
-	d = col(0, 1, &isnull);
-	return isnull ? 0 : DatumGetTimestampTz(d);
+	return col_timestamptz(0, 1);
 }
 
 int

@@ -53,7 +53,6 @@ typedef struct NotifResult
 } NotifResult;
 
 extern bool notif_sql_prepare(void);
-extern Oid	notif_sql_namespace(void);
 extern int	notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out);
 extern int	notif_sql_claim(const char *kind, int limit, int64 incarnation,
 							MemoryContext cxt, NotifClaimedJob **out);

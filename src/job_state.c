@@ -143,7 +143,7 @@ notif_classify(int curl_code, long http_status, bool connected, bool request_sen
  * delay after the n-th try is uniformly random in [d/2, d], d = min(max,
  * min * 2^(n-1)), so that the retries of a burst spread out.
  */
-int64
+static int64
 notif_backoff_ms(const NotifRetryPolicy *policy, int tries)
 {
 	int64		d = policy->backoff_min_ms;

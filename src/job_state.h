@@ -57,6 +57,4 @@ extern NotifTransition notif_next_state(NotifDelivery delivery,
 										TimestampTz deadline_at,	/* 0: none */
 										int64 retry_after_ms);
 
-extern int64 notif_backoff_ms(const NotifRetryPolicy *policy, int tries);
-
 #endif							/* NOTIF_JOB_STATE_H */

@@ -70,7 +70,6 @@ typedef struct NotifShared
 extern NotifShared *notif_shared;
 
 extern void notif_shmem_request(void);
-extern void notif_shmem_startup(void);
 extern void notif_shmem_attach(void);
 extern int64 notif_new_incarnation(void);
 extern void notif_raise_incarnation(int64 floor);
