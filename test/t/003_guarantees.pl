@@ -228,6 +228,20 @@ my ($lo, $hi) = split /\|/, $node->safe_psql('postgres', q{
 cmp_ok($lo, '>=', 0.45, 'no retry before half the backoff');
 cmp_ok($hi - $lo, '>=', 0.1, 'the retries are spread out (jitter)');
 
+# --- backoff grows exponentially from backoff_min: d, 2d, 4d (each in [d/2, d]) ---
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
+	VALUES ('expo', 'at_least_once', 4, 'down', '200 ms', '10 seconds')});
+my $expo = enqueue('expo', 'e');
+ok(wait_until($node, "SELECT status = 'failed' FROM notif_job WHERE id = $expo"), 'the exponential job failed after four tries');
+my @gaps = split /\n/, $node->safe_psql('postgres', qq{
+	SELECT extract(epoch FROM a2.started_at - a1.ended_at)
+	  FROM notif_attempt a1 JOIN notif_attempt a2 ON a2.job_id = a1.job_id AND a2.try = a1.try + 1
+	 WHERE a1.job_id = $expo ORDER BY a1.try});
+is(scalar(@gaps), 3, 'three retries');
+cmp_ok($gaps[0], '<', 0.3, 'the first retry waits at most backoff_min (200 ms)');
+cmp_ok($gaps[2], '>=', 0.4, 'the third waits at least twice backoff_min: the delay doubles');
+
 # --- 10,000 jobs against 0.5% timeouts, half of them delivered anyway ---
 my $loss_sim = start_sim('--p-timeout', '0.005', '--q', '0.5', '--seed', '42');
 set_provider($node, 'lossy', $loss_sim->{url},
