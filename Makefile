@@ -23,11 +23,12 @@ OBJS = \
 	src/job_sql.o \
 	src/request.o \
 	src/http.o \
-	src/throttle.o
+	src/throttle.o \
+	src/workers.o
 
 DATA = $(wildcard notif_deliver--*.sql)
 
-REGRESS = setup schema enqueue enqueue_paths privileges replay
+REGRESS = setup schema enqueue enqueue_paths privileges replay stats operations upgrade
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 
