@@ -36,8 +36,9 @@ ALTER TABLE notif_job ADD COLUMN earlier_tries int NOT NULL DEFAULT 0
 
 COMMENT ON COLUMN notif_job.earlier_tries IS 'tries made before the last notif_retry; attempts are numbered after them';
 
--- notif_stats reads a window of recent jobs: a BRIN index costs next to
--- nothing to keep (jobs are appended in time order) and spares a full scan
+-- notif_stats reads a window of recent jobs and reports: BRIN indexes
+-- cost next to nothing to keep (rows arrive in time order) and spare full
+-- scans
 CREATE INDEX notif_job_created_brin ON notif_job USING brin (created_at);
 
 /*
@@ -59,6 +60,7 @@ COMMENT ON TABLE notif_dlr IS 'delivery reports from providers; job_id NULL for 
 
 CREATE INDEX notif_dlr_job_idx ON notif_dlr (job_id) WHERE job_id IS NOT NULL;
 CREATE INDEX notif_dlr_orphaned_idx ON notif_dlr (received_at) WHERE job_id IS NULL;
+CREATE INDEX notif_dlr_received_brin ON notif_dlr USING brin (received_at);
 
 SELECT pg_catalog.pg_extension_config_dump('notif_dlr', '');
 
@@ -154,61 +156,83 @@ COMMENT ON FUNCTION notif_attempts_within(interval, interval, interval, interval
  */
 CREATE VIEW notif_stats AS
 WITH settings AS (
-    SELECT coalesce(current_setting('notif_deliver.stats_window', true), '1d')::interval AS stats_window,
+    SELECT now() - coalesce(current_setting('notif_deliver.stats_window', true), '1d')::interval AS since,
+           coalesce(current_setting('notif_deliver.stats_window', true), '1d')::interval AS stats_window,
            coalesce(current_setting('notif_deliver.stats_dlr_grace', true), '10min')::interval AS grace,
            coalesce(current_setting('notif_deliver.stats_min_sample', true), '100')::int AS min_sample
 ),
-recent AS MATERIALIZED (
-    SELECT j.id, j.kind, j.status, j.outcome, j.claimed_by
-      FROM notif_job j, settings s
-     WHERE j.created_at >= now() - s.stats_window
+-- the reports on the window's jobs: they arrived after their job was
+-- created, so within the window too
+reports AS (
+    SELECT d.job_id,
+           count(*) AS reports,
+           count(*) FILTER (WHERE d.delivered) AS delivered
+      FROM notif_dlr d, settings s
+     WHERE d.received_at >= s.since AND d.job_id IS NOT NULL
+     GROUP BY d.job_id
 ),
-per_job AS MATERIALIZED (
-    SELECT r.kind, r.id, r.status, r.outcome,
-           coalesce(a.attempts, 0) AS attempts,
-           coalesce(a.ambiguous, 0) AS ambiguous,
-           coalesce(a.accepted, 0) AS accepted,
+-- A job tried once, and not ambiguously, is known from its row: that one
+-- call's outcome is the job's.  Only the others (a few per cent: retried,
+-- or ended unknown) have their calls read from notif_attempt.
+per_job AS (
+    SELECT j.kind, j.status,
+           -- (a call in flight is counted in tries, and has no row yet)
+           CASE WHEN x.detailed THEN a.attempts
+                ELSE j.tries + j.earlier_tries - (j.claimed_by IS NOT NULL)::int END AS attempts,
+           CASE WHEN x.detailed THEN a.ambiguous ELSE 0 END AS ambiguous,
+           CASE WHEN x.detailed THEN a.accepted
+                ELSE (j.outcome IS NOT DISTINCT FROM 'accepted')::int END AS accepted,
            coalesce(d.reports, 0) AS reports,
            coalesce(d.delivered, 0) AS delivered,
            -- finished, and its reports had time to arrive
-           (r.status IN ('sent', 'failed', 'expired') AND r.claimed_by IS NULL
-            AND coalesce(a.last_ended < now() - s.grace, false)) AS judged,
+           (j.status IN ('sent', 'failed', 'expired') AND j.claimed_by IS NULL
+            AND coalesce(CASE WHEN x.detailed THEN a.last_ended
+                              ELSE greatest(j.next_at, j.sent_at) END < now() - s.grace, false)) AS judged,
            -- it ended on an ambiguous call: delivered, or lost?
-           (r.status IN ('sent', 'failed', 'expired') AND r.claimed_by IS NULL
-            AND r.outcome = 'unknown') AS ended_ambiguous
-      FROM recent r
+           (j.status IN ('sent', 'failed', 'expired') AND j.claimed_by IS NULL
+            AND j.outcome = 'unknown') AS ended_ambiguous
+      FROM notif_job j
      CROSS JOIN settings s
-      LEFT JOIN (SELECT a.job_id,
-                        count(*) AS attempts,
-                        count(*) FILTER (WHERE a.outcome = 'unknown') AS ambiguous,
-                        count(*) FILTER (WHERE a.outcome = 'accepted') AS accepted,
-                        max(a.ended_at) AS last_ended
-                   FROM notif_attempt a
-                  WHERE a.job_id IN (SELECT id FROM recent)
-                  GROUP BY a.job_id) a ON a.job_id = r.id
-      LEFT JOIN (SELECT d.job_id,
-                        count(*) AS reports,
-                        count(*) FILTER (WHERE d.delivered) AS delivered
-                   FROM notif_dlr d
-                  WHERE d.job_id IN (SELECT id FROM recent)
-                  GROUP BY d.job_id) d ON d.job_id = r.id
+     CROSS JOIN LATERAL (SELECT j.tries + j.earlier_tries > 1
+                                OR j.outcome IS NOT DISTINCT FROM 'unknown' AS detailed) x
+     CROSS JOIN LATERAL (SELECT count(*) AS attempts,
+                                count(*) FILTER (WHERE c.outcome = 'unknown') AS ambiguous,
+                                count(*) FILTER (WHERE c.outcome = 'accepted') AS accepted,
+                                max(c.ended_at) AS last_ended
+                           FROM notif_attempt c
+                          WHERE x.detailed AND c.job_id = j.id) a
+      LEFT JOIN reports d ON d.job_id = j.id
+     WHERE j.created_at >= s.since
 ),
-per_kind AS (
-    SELECT kind,
+-- the jobs in a few groups; what the estimates need is kept apart
+groups AS MATERIALIZED (
+    SELECT kind, status, ambiguous, ended_ambiguous,
            count(*) AS jobs,
-           count(*) FILTER (WHERE status = 'queued') AS queued,
-           count(*) FILTER (WHERE status = 'sending') AS sending,
-           count(*) FILTER (WHERE status = 'sent') AS sent,
-           count(*) FILTER (WHERE status = 'failed') AS failed,
-           count(*) FILTER (WHERE status = 'expired') AS expired,
            sum(attempts) AS attempts,
-           sum(ambiguous) AS ambiguous,
            count(*) FILTER (WHERE reports > 0) AS dlr_jobs,
            coalesce(sum(ambiguous) FILTER (WHERE judged), 0) AS q_sample,
            coalesce(sum(least(ambiguous, greatest(0, delivered - accepted))) FILTER (WHERE judged), 0) AS q_delivered,
            count(*) FILTER (WHERE judged AND ended_ambiguous AND delivered = 0) AS measured_lost,
            coalesce(sum(delivered - 1) FILTER (WHERE delivered > 1), 0) AS measured_duplicates
       FROM per_job
+     GROUP BY kind, status, ambiguous, ended_ambiguous
+),
+per_kind AS (
+    SELECT kind,
+           sum(jobs) AS jobs,
+           coalesce(sum(jobs) FILTER (WHERE status = 'queued'), 0) AS queued,
+           coalesce(sum(jobs) FILTER (WHERE status = 'sending'), 0) AS sending,
+           coalesce(sum(jobs) FILTER (WHERE status = 'sent'), 0) AS sent,
+           coalesce(sum(jobs) FILTER (WHERE status = 'failed'), 0) AS failed,
+           coalesce(sum(jobs) FILTER (WHERE status = 'expired'), 0) AS expired,
+           sum(attempts) AS attempts,
+           sum(ambiguous * jobs) AS ambiguous,
+           sum(dlr_jobs) AS dlr_jobs,
+           sum(q_sample) AS q_sample,
+           sum(q_delivered) AS q_delivered,
+           sum(measured_lost) AS measured_lost,
+           sum(measured_duplicates) AS measured_duplicates
+      FROM groups
      GROUP BY kind
 ),
 queue AS (
@@ -235,24 +259,24 @@ measured AS (
                                           greatest(t.max_tries, 2)),
                     greatest(t.max_tries, 2)) AS alo_tries,
            s.stats_window, s.min_sample,
-           coalesce(k.jobs, 0) AS jobs,
-           coalesce(k.queued, 0) AS queued,
-           coalesce(k.sending, 0) AS sending,
-           coalesce(k.sent, 0) AS sent,
-           coalesce(k.failed, 0) AS failed,
-           coalesce(k.expired, 0) AS expired,
+           coalesce(k.jobs, 0)::bigint AS jobs,
+           coalesce(k.queued, 0)::bigint AS queued,
+           coalesce(k.sending, 0)::bigint AS sending,
+           coalesce(k.sent, 0)::bigint AS sent,
+           coalesce(k.failed, 0)::bigint AS failed,
+           coalesce(k.expired, 0)::bigint AS expired,
            coalesce(qu.queued_now, 0) AS queued_now,
            coalesce(qu.oldest_queued_age, interval '0') AS oldest_queued_age,
            coalesce(h.in_flight, 0) AS in_flight,
-           coalesce(k.attempts, 0) AS attempts,
-           coalesce(k.ambiguous, 0) AS ambiguous_attempts,
+           coalesce(k.attempts, 0)::bigint AS attempts,
+           coalesce(k.ambiguous, 0)::bigint AS ambiguous_attempts,
            (k.ambiguous::float8 / nullif(k.attempts, 0)) AS p,
            CASE WHEN k.dlr_jobs > 0 AND k.q_sample >= greatest(s.min_sample, 1)
                 THEN k.q_delivered::float8 / k.q_sample END AS q,
-           coalesce(k.q_sample, 0) AS q_sample,
-           coalesce(k.dlr_jobs, 0) AS dlr_jobs,
-           CASE WHEN k.dlr_jobs > 0 THEN k.measured_lost END AS measured_lost,
-           CASE WHEN k.dlr_jobs > 0 THEN k.measured_duplicates END AS measured_duplicates
+           coalesce(k.q_sample, 0)::bigint AS q_sample,
+           coalesce(k.dlr_jobs, 0)::bigint AS dlr_jobs,
+           CASE WHEN k.dlr_jobs > 0 THEN k.measured_lost::bigint END AS measured_lost,
+           CASE WHEN k.dlr_jobs > 0 THEN k.measured_duplicates::bigint END AS measured_duplicates
       FROM notif_type t
       JOIN notif_provider p ON p.name = t.provider
      CROSS JOIN settings s
@@ -261,14 +285,14 @@ measured AS (
       LEFT JOIN held h ON h.kind = t.code
 ),
 estimated AS (
-    -- every job that ended on ambiguous calls is lost unless one of them
-    -- delivered: (1 - q)^ambiguous; every ambiguous call followed by
-    -- another try is a copy with probability q
+    -- every job that ended on k ambiguous calls is lost unless one of them
+    -- delivered: (1 - q)^k; every ambiguous call followed by another try
+    -- is a copy with probability q
     SELECT m.kind,
-           sum(power(1 - m.q, j.ambiguous)) FILTER (WHERE j.ended_ambiguous) AS lost,
-           sum(m.q * (j.ambiguous - CASE WHEN j.ended_ambiguous THEN 1 ELSE 0 END)) AS duplicates
+           sum(g.jobs * power(1 - m.q, g.ambiguous)) FILTER (WHERE g.ended_ambiguous) AS lost,
+           sum(m.q * g.jobs * (g.ambiguous - CASE WHEN g.ended_ambiguous THEN 1 ELSE 0 END)) AS duplicates
       FROM measured m
-      JOIN per_job j ON j.kind = m.kind
+      JOIN groups g ON g.kind = m.kind
      WHERE m.q IS NOT NULL
      GROUP BY m.kind
 ),
