@@ -403,8 +403,9 @@ $$;
 /*
  * notif_retry(kind, since, force): re-drive every failed or expired job of
  * a type whose last attempt was due at or after since.  Returns how many.
- * Without force, at_most_once jobs whose last call ended 'unknown' are
- * left alone (a NOTICE says how many).
+ * Jobs cancelled by notif_cancel stay cancelled (notif_retry(job_id) can
+ * bring one back).  Without force, at_most_once jobs whose last call ended
+ * 'unknown' are left alone (a NOTICE says how many).
  */
 CREATE FUNCTION notif_retry(kind text, since timestamptz, force boolean DEFAULT false)
 RETURNS bigint
@@ -435,7 +436,9 @@ BEGIN
           FROM @extschema@.notif_job n
          WHERE n.kind OPERATOR(pg_catalog.=) notif_retry.kind
            AND n.next_at OPERATOR(pg_catalog.>=) since
-           AND (n.status IN ('failed', 'expired')
+           AND (n.status OPERATOR(pg_catalog.=) 'expired'
+                OR (n.status OPERATOR(pg_catalog.=) 'failed'
+                    AND n.last_error IS DISTINCT FROM 'cancelled')
                 OR (n.status OPERATOR(pg_catalog.=) 'sent' AND n.claimed_by IS NULL
                     AND type_delivery OPERATOR(pg_catalog.=) 'at_most_once'
                     AND n.outcome OPERATOR(pg_catalog.=) 'unknown'))

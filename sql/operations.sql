@@ -77,7 +77,10 @@ SELECT try_n('SELECT notif_cancel(' || :alo_queued || ')');
 SELECT try_n('SELECT notif_cancel(' || :alo_sent || ')');
 SELECT try('SELECT notif_cancel(-1)');
 SELECT try('SELECT notif_cancel(NULL)');
--- a cancelled job can be re-driven
+-- a re-drive of the whole type leaves a cancelled job cancelled ...
+SELECT notif_retry('op_alo', now() - interval '1 hour') AS redriven;
+SELECT status, last_error FROM notif_job WHERE id = :alo_queued;
+-- ... but it can be brought back on purpose
 SELECT notif_retry(:alo_queued);
 SELECT status FROM notif_job WHERE id = :alo_queued;
 
