@@ -10,8 +10,8 @@
  * ended (job_state.c says what each job becomes), then claim due jobs
  * (FOR UPDATE SKIP LOCKED, higher type priority first, up to the lane's and
  * the providers' limits).  The round commits, and only then do the claimed
- * calls start: so an at_most_once job is committed 'sent' before its request
- * leaves, and an at_least_once job is committed 'sending' before, and
+ * calls start: so an at_most_once job is committed 'sent' (durably, even
+ * under synchronous_commit = off) before its request leaves, and an at_least_once job is committed 'sending' before, and
  * 'sent' only in a round after its 2xx arrived.  No transaction is open
  * while calls are in flight.
  *
@@ -494,6 +494,33 @@ discard_claimed(void)
 }
 
 /*
+ * An at_most_once claim must be durable before its call starts: were its
+ * commit lost in a crash, the job would be claimed and sent again.  Under
+ * synchronous_commit = off, make this round's commit wait for its WAL
+ * flush (a transaction-local setting; stronger settings are kept).
+ */
+static void
+make_claims_durable(void)
+{
+	dlist_iter	iter;
+
+	if (synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
+		return;
+	dlist_foreach(iter, &claimed)
+	{
+		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
+
+		if (call->delivery == AT_MOST_ONCE)
+		{
+			(void) set_config_option("synchronous_commit", "local",
+									 PGC_SUSET, PGC_S_SESSION,
+									 GUC_ACTION_LOCAL, true, 0, false);
+			return;
+		}
+	}
+}
+
+/*
  * One round: record, recover, claim, in one transaction; then start the
  * claimed calls.  On error the transaction rolls back, the results stay to
  * be recorded next time, nothing claimed is started.
@@ -522,6 +549,7 @@ sender_round(bool want_claim)
 		notif_sql_record(results, n_results, NULL);
 		if (want_claim && !ShutdownRequestPending)
 			claim_jobs();
+		make_claims_durable();
 	}
 
 	SPI_finish();
