@@ -8,6 +8,7 @@
 #   sim_start NAME PORT ARGS...   start the provider simulator, wait until it answers
 #   sim_get PORT PATH       GET a control endpoint of a simulator; prints the body
 #   cpu_ticks PID...        CPU time (user + system) of processes, in clock ticks
+#   cpu_ns PID...           CPU time of processes in nanoseconds (/proc/PID/schedstat)
 #   pm_children             pid and title of every process of the cluster
 #   sender_pids             pids of the cluster's senders
 #   nd_pids                 pids of the cluster's notif_deliver processes (launcher, senders)
@@ -94,6 +95,13 @@ cpu_ticks() {
 		total=$((total + v))
 	done
 	echo "$total"
+}
+
+cpu_ns() {
+	local pid
+	for pid in "$@"; do
+		awk '{ print $1 }' "/proc/$pid/schedstat" 2>/dev/null || true
+	done | awk '{ t += $1 } END { printf "%d\n", t }'
 }
 
 pm_pid() {
