@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # test/deps.sh: install the packages that building and testing notif_deliver
 # need, on Debian 12, if any is missing.  Root uses apt directly; anyone else
-# gets told what to install.
+# gets told what to install.  With --bench, also what `make bench` needs
+# (gnuplot-nox for the charts).
 set -euo pipefail
 packages=(make gcc libc6-dev postgresql-15 postgresql-server-dev-15 postgresql-client-15
 	libcurl4-openssl-dev libipc-run-perl openssl bc procps)
+[ "${1:-}" = --bench ] && packages+=(gnuplot-nox)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
