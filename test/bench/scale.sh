@@ -4,19 +4,21 @@
 #     after 1,000,000: its private memory (RssAnon) may grow by at most 10%.
 #     Total RSS is printed too, but it also counts the shared buffers the
 #     process has touched (RssShmem), which grow with the work done and are
-#     not the sender's own memory.
+#     not the sender's own memory.  A point in between (100,000 jobs) tells
+#     growth that levels off from growth per job.
 #  2. Dispatch rate and claim-query time with an empty table, then with 10
 #     million finished jobs in it (status 'sent', one notif_attempt row each,
 #     retention not yet due): the queued-job index keeps claims flat
 #     (target: full/empty dispatch rate >= 0.8, and empty/full claim time
 #     >= 0.8).  The claim time is the mean execution time of the sender's
-#     claim statement in pg_stat_statements.
+#     claim statement in pg_stat_statements; each round also shows the mean
+#     time of the statement that records the calls' results.
 #
 #   bash test/bench/scale.sh
 #
 # Environment: SCALE_RSS_SMALL [10000], SCALE_RSS_JOBS [1000000 x BENCH_SCALE],
 # SCALE_FINISHED [10000000 x BENCH_SCALE], SCALE_JOBS [200000 x BENCH_SCALE]
-# per dispatch round, SCALE_ROUNDS [2] per table state; BENCH_PORT,
+# per dispatch round, SCALE_ROUNDS [3] per table state, SCALE_RSS_MID [RSS_JOBS / 10]; BENCH_PORT,
 # BENCH_SIM_PORT (see test/bench/lib.sh).  Needs the extension installed
 # and the simulator built.  Prints RESULT lines for test/bench/run.
 set -euo pipefail
@@ -25,7 +27,7 @@ RSS_SMALL=${SCALE_RSS_SMALL:-10000}
 RSS_JOBS=${SCALE_RSS_JOBS:-$(bench_scale 1000000)}
 FINISHED=${SCALE_FINISHED:-$(bench_scale 10000000)}
 JOBS=${SCALE_JOBS:-$(bench_scale 200000)}
-ROUNDS=${SCALE_ROUNDS:-2}
+ROUNDS=${SCALE_ROUNDS:-3}
 SIM=$BENCH_SIM_PORT
 
 bench_dir scale
@@ -55,7 +57,12 @@ pid0=$(sender_pids)
 cluster_psql -c "SELECT count(notif_enqueue(g, 'bench', 'rss', '$payload')) FROM generate_series(1, $RSS_SMALL) g" >/dev/null
 wait_sql "$drained" 600
 read -r anon_small rss_small <<<"$(mem_of "$pid0")"
-cluster_psql -c "SELECT count(notif_enqueue(g, 'bench', 'rss', '$payload')) FROM generate_series($RSS_SMALL + 1, $RSS_JOBS) g" >/dev/null
+# a point in between, to tell growth that levels off from growth per job
+RSS_MID=${SCALE_RSS_MID:-$(((RSS_JOBS / 10 > RSS_SMALL) ? RSS_JOBS / 10 : RSS_SMALL + 1))}
+cluster_psql -c "SELECT count(notif_enqueue(g, 'bench', 'rss', '$payload')) FROM generate_series($RSS_SMALL + 1, $RSS_MID) g" >/dev/null
+wait_sql "$drained" 3600
+read -r anon_mid rss_mid <<<"$(mem_of "$pid0")"
+cluster_psql -c "SELECT count(notif_enqueue(g, 'bench', 'rss', '$payload')) FROM generate_series($RSS_MID + 1, $RSS_JOBS) g" >/dev/null
 wait_sql "$drained" 3600
 pid1=$(sender_pids)
 if [ "$pid0" != "$pid1" ]; then
@@ -64,7 +71,9 @@ if [ "$pid0" != "$pid1" ]; then
 fi
 read -r anon_big rss_big <<<"$(mem_of "$pid0")"
 growth=$(awk -v a="$anon_small" -v b="$anon_big" 'BEGIN { printf "%.1f", (b - a) / a * 100 }')
-echo "sender $pid0: after $RSS_SMALL jobs RssAnon $anon_small kB (VmRSS $rss_small kB); after $RSS_JOBS jobs RssAnon $anon_big kB (VmRSS $rss_big kB): private memory growth $growth% (target <= 10%)"
+late=$(awk -v a="$anon_mid" -v b="$anon_big" 'BEGIN { printf "%.1f", (b - a) / a * 100 }')
+echo "sender $pid0: RssAnon after $RSS_SMALL jobs $anon_small kB (VmRSS $rss_small kB), after $RSS_MID $anon_mid kB (VmRSS $rss_mid kB), after $RSS_JOBS $anon_big kB (VmRSS $rss_big kB)"
+echo "private memory growth $growth% from $RSS_SMALL jobs (target <= 10%), $late% from $RSS_MID jobs"
 result rss_small_jobs "$RSS_SMALL"
 result rss_big_jobs "$RSS_JOBS"
 result rss_small_anon_kb "$anon_small"
@@ -72,6 +81,10 @@ result rss_big_anon_kb "$anon_big"
 result rss_small_total_kb "$rss_small"
 result rss_big_total_kb "$rss_big"
 result rss_growth_pct "$growth"
+result rss_mid_jobs "$RSS_MID"
+result rss_mid_anon_kb "$anon_mid"
+result rss_mid_total_kb "$rss_mid"
+result rss_late_growth_pct "$late"
 cluster_psql -c "TRUNCATE notif_job, notif_attempt" >/dev/null
 
 # --- 2. dispatch rate and claim time, empty table vs FINISHED finished jobs ---
@@ -89,10 +102,14 @@ dispatch_round() {	# state -> appends "rate claim_ms rows_per_claim" to $BENCH_D
 	t1=$(date +%s%N)
 	cluster_psql -At -F' ' -c "
 		SELECT round($JOBS / (($t1 - $t0) / 1e9)), round((sum(total_exec_time) / sum(calls))::numeric, 3),
-		       round(sum(rows)::numeric / sum(calls), 1)
+		       round(sum(rows)::numeric / sum(calls), 1),
+		       (SELECT round((sum(total_exec_time) / sum(calls))::numeric, 3) FROM pg_stat_statements
+		         WHERE query ILIKE '%unnest%' AND query ILIKE '%notif_attempt%')
 		  FROM pg_stat_statements
 		 WHERE query ILIKE '%skip locked%' AND query ILIKE '%next_at <= now()%'" >>"$BENCH_DIR/$state"
-	echo "$state round: $(tail -1 "$BENCH_DIR/$state" | awk '{ printf "%s jobs/s, claim %s ms for %s rows", $1, $2, $3 }')"
+	echo "$state round: $(tail -1 "$BENCH_DIR/$state" | awk '{ printf "%s jobs/s, claim %s ms for %s rows, record %s ms", $1, $2, $3, $4 }')"
+	row scale_rounds "$([ "$state" = empty ] && echo "empty table" || echo "$FINISHED finished jobs")" \
+		$(tail -1 "$BENCH_DIR/$state" | awk '{ print $1, $2, $4 }')
 	# where the database time went in this round
 	cluster_psql -At -F' | ' -c "
 		SELECT round(total_exec_time::numeric / 1000, 2) || ' s', calls, round(mean_exec_time::numeric, 3) || ' ms',

@@ -167,8 +167,13 @@ one_run() {
 			row semantics_kill "$q" "$seed" "$idem_yn" "$sc" "$dname" "$kills" "$inter" \
 				"$lost" "$dup" "$([ $mode = amo ] && echo "duplicated = 0" || echo "lost = 0")" "$verdict"
 		fi
-		printf '%-22s %-14s lost %6d (theory %9.2f ± %7.2f)  duplicated %6d (theory %9.2f ± %7.2f)  %s\n' \
-			"$tag" "$dname" "$lost" "$tl" "$bl" "$dup" "$td" "$bd" "$verdict"
+		if [ "$kill" = 0 ]; then
+			printf '%-22s %-14s lost %6d (theory %9.2f ± %7.2f)  duplicated %6d (theory %9.2f ± %7.2f)  %s\n' \
+				"$tag" "$dname" "$lost" "$tl" "$bl" "$dup" "$td" "$bd" "$verdict"
+		else
+			printf '%-22s %-14s lost %6d  duplicated %6d  (no theory under kills)  %s\n' \
+				"$tag" "$dname" "$lost" "$dup" "$verdict"
+		fi
 	done
 	if [ "$kill" = 1 ]; then
 		echo "$tag: $kills kills, calls interrupted: at_most_once $amo_int, at_least_once $alo_int, drained in ${secs}s"
