@@ -25,7 +25,7 @@ SQL
 
 # one timed statement; prints milliseconds
 timed() {
-	cluster_psql -At -c "TRUNCATE notif_job, plain_job" -c "CHECKPOINT" >/dev/null
+	cluster_psql -At -c "TRUNCATE notif_job, plain_job CASCADE" -c "CHECKPOINT" >/dev/null
 	cluster_psql -At <<SQL | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p'
 \\timing on
 $1

@@ -40,7 +40,7 @@ chmod 644 "$BENCH_DIR"/*.sql
 
 # one pgbench run; prints tps
 bench() {
-	cluster_psql -c "TRUNCATE notif_job, plain_job" -c "CHECKPOINT" >/dev/null
+	cluster_psql -c "TRUNCATE notif_job, plain_job CASCADE" -c "CHECKPOINT" >/dev/null
 	"$PG_BINDIR/pgbench" -n -M prepared -c "$CLIENTS" -j 2 -T "$SECS" -f "$BENCH_DIR/$1.sql" 2>&1 |
 		tee "$BENCH_DIR/$1.log" | sed -n 's/^tps = \([0-9.]*\) .*/\1/p'
 }

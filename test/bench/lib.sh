@@ -20,9 +20,13 @@
 # runs on a shared machine do not collide.  Work files go to BENCH_TMP
 # (default /tmp); data files for the charts to BENCH_OUT when it is set.
 
+# a failing command inside $(...) fails the script too
+shopt -s inherit_errexit
 BENCH_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$BENCH_HERE/lib/cluster.sh"
 
+# no NOTICEs (e.g. "truncate cascades to table") in the output
+export PGOPTIONS="${PGOPTIONS:-} -c client_min_messages=warning"
 BENCH_SCALE=${BENCH_SCALE:-1}
 BENCH_PORT=${BENCH_PORT:-56201}
 BENCH_SIM_PORT=${BENCH_SIM_PORT:-56251}

@@ -85,7 +85,7 @@ result rss_mid_jobs "$RSS_MID"
 result rss_mid_anon_kb "$anon_mid"
 result rss_mid_total_kb "$rss_mid"
 result rss_late_growth_pct "$late"
-cluster_psql -c "TRUNCATE notif_job, notif_attempt" >/dev/null
+cluster_psql -c "TRUNCATE notif_job, notif_attempt CASCADE" >/dev/null
 
 # --- 2. dispatch rate and claim time, empty table vs FINISHED finished jobs ---
 round_no=0
@@ -120,13 +120,13 @@ median_of() {	# file column
 	awk -v c="$2" '{ print $c }' "$1" | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'
 }
 for r in $(seq 1 "$ROUNDS"); do
-	cluster_psql -c "TRUNCATE notif_job, notif_attempt" >/dev/null
+	cluster_psql -c "TRUNCATE notif_job, notif_attempt CASCADE" >/dev/null
 	dispatch_round empty
 done
 
 echo "loading $FINISHED finished jobs and their attempts"
 t0=$SECONDS
-cluster_psql -c "TRUNCATE notif_job, notif_attempt" >/dev/null
+cluster_psql -c "TRUNCATE notif_job, notif_attempt CASCADE" >/dev/null
 chunk=1000000
 for start in $(seq 1 "$chunk" "$FINISHED"); do
 	end=$((start + chunk - 1)); [ "$end" -gt "$FINISHED" ] && end=$FINISHED

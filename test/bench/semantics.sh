@@ -82,7 +82,7 @@ one_run() {
 	cluster_psql -c "ALTER SYSTEM SET synchronous_commit = $sc" -c "SELECT pg_reload_conf()" >/dev/null
 	sim_get "$SIM" /reset >/dev/null
 	sim_get "$SIM" "/config?p_timeout=$P&q=$q&seed=$seed&idempotency=$idem" >/dev/null
-	cluster_psql -c "TRUNCATE notif_job, notif_attempt" \
+	cluster_psql -c "TRUNCATE notif_job, notif_attempt CASCADE" \
 		-c "SELECT count(notif_enqueue(g, 'amo', 'r$run_no', '{\"to\":\"+84900000000\",\"text\":\"sale\"}')) FROM generate_series(1, $N) g" \
 		-c "SELECT count(notif_enqueue(g, 'alo', 'r$run_no', '{\"to\":\"+84900000000\",\"text\":\"Ma OTP: 123456\"}')) FROM generate_series(1, $N) g" \
 		-c "CHECKPOINT" >/dev/null
