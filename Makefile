@@ -5,7 +5,7 @@
 #   make installcheck    pg_regress (sql/) and TAP tests (test/t/) against it
 #   make test            all of the above on a fresh machine (test/run)
 #   make demo            a throwaway cluster delivering the example types (test/demo)
-#   make bench           the benchmark scripts under test/bench (after make install)
+#   make bench           every benchmark under test/bench; writes doc/benchmarks.md (test/bench/run)
 
 EXTENSION = notif_deliver
 MODULE_big = notif_deliver
@@ -60,6 +60,5 @@ test:
 demo:
 	bash test/demo
 
-bench: $(SIM)
-	bash test/bench/enqueue_bulk.sh
-	bash test/bench/dispatch.sh
+bench:
+	bash test/bench/run

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test/deps.sh: install the packages that building and testing notif_deliver
 # need, on Debian 12, if any is missing.  Root uses apt directly; anyone else
-# gets told what to install.
+# gets told what to install.  With --bench, also what `make bench` needs
+# (gnuplot-nox for the charts).
 #
 # kannel and kannel-extras (the open-source SMS gateway and its fake SMSC)
 # are for the end-to-end test test/t/008_kannel.pl only: root installs them
@@ -13,6 +14,7 @@
 set -euo pipefail
 packages=(make gcc libc6-dev postgresql-15 postgresql-server-dev-15 postgresql-client-15
 	libcurl4-openssl-dev libipc-run-perl openssl bc procps)
+[ "${1:-}" = --bench ] && packages+=(gnuplot-nox)
 optional=(kannel kannel-extras)
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
