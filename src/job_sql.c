@@ -73,6 +73,9 @@ static const char *const sql_claim =
  * Record what calls did: the job's next state, guarded by what the claim
  * wrote (status, tries, holder), so a stale result never overwrites a newer
  * one; and one notif_attempt row per call (numbered across re-drives).
+ * Each job is found by its primary key: "claimed_by + 0" keeps the planner
+ * off notif_job_claimed_idx, where every job of this sender has the same
+ * key (and dead entries until vacuum), which made a probe walk them all.
  */
 static const char *const sql_record =
 "WITH r AS ("
@@ -95,7 +98,7 @@ static const char *const sql_record =
 "           claimed_at = NULL"
 "      FROM r"
 "     WHERE j.id = r.id AND j.status = r.expected AND j.tries = r.tries"
-"       AND j.claimed_by = r.claimed_by"
+"       AND j.claimed_by + 0 = r.claimed_by"
 "    RETURNING j.id),"
 " att AS ("
 "    INSERT INTO %s.notif_attempt (job_id, try, started_at, ended_at, outcome, http_status, error)"
