@@ -102,5 +102,6 @@ extern bool notif_http_start(NotifCall *call);
 extern NotifCall *notif_http_next_done(void);
 extern void notif_http_abort_all(const char *reason);
 extern int	notif_http_inflight(void);
+extern void notif_http_release_idle(void);
 
 #endif							/* NOTIF_DELIVERY_H */

@@ -37,6 +37,44 @@ static int	n_inflight = 0;
 static dlist_head inflight_calls = DLIST_STATIC_INIT(inflight_calls);
 static dlist_head done_calls = DLIST_STATIC_INIT(done_calls);
 
+/*
+ * Easy handles of finished calls, reset and kept for the next ones: a
+ * busy sender then reuses as many handles as it has calls in flight,
+ * instead of allocating and freeing one (with its buffers) per call, which
+ * let its memory drift up with malloc fragmentation.
+ */
+#define MAX_IDLE_HANDLES 10000	/* the most notif_deliver.max_inflight allows */
+static CURL *idle_handles[MAX_IDLE_HANDLES];
+static int	n_idle = 0;
+
+static CURL *
+get_handle(void)
+{
+	if (n_idle > 0)
+		return idle_handles[--n_idle];
+	return curl_easy_init();
+}
+
+/* Free the idle handles (a sender that fell idle). */
+void
+notif_http_release_idle(void)
+{
+	while (n_idle > 0)
+		curl_easy_cleanup(idle_handles[--n_idle]);
+}
+
+static void
+put_handle(CURL *easy)
+{
+	if (n_idle < Min(notif_max_inflight, MAX_IDLE_HANDLES))
+	{
+		curl_easy_reset(easy);
+		idle_handles[n_idle++] = easy;
+	}
+	else
+		curl_easy_cleanup(easy);
+}
+
 /* libcurl tells which sockets to watch */
 static int
 socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
@@ -184,7 +222,7 @@ collect_done(void)
 			call->error = MemoryContextStrdup(call->cxt, call->response);
 
 		curl_multi_remove_handle(multi, msg->easy_handle);
-		curl_easy_cleanup(msg->easy_handle);
+		put_handle(msg->easy_handle);
 		call->easy = NULL;
 		notif_free_request(call);
 		n_inflight--;
@@ -240,7 +278,7 @@ notif_http_drive(bool sockets_ready)
 bool
 notif_http_start(NotifCall *call)
 {
-	CURL	   *easy = curl_easy_init();
+	CURL	   *easy = get_handle();
 
 	if (easy == NULL)
 	{
@@ -293,7 +331,7 @@ notif_http_start(NotifCall *call)
 	call->started_at = GetCurrentTimestamp();
 	if (curl_multi_add_handle(multi, easy) != CURLM_OK)
 	{
-		curl_easy_cleanup(easy);
+		put_handle(easy);
 		call->easy = NULL;
 		call->error = "could not start the call: curl_multi_add_handle failed";
 		return false;
@@ -318,7 +356,7 @@ notif_http_abort_all(const char *reason)
 		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
 
 		curl_multi_remove_handle(multi, call->easy);
-		curl_easy_cleanup(call->easy);
+		put_handle(call->easy);
 		call->easy = NULL;
 		notif_free_request(call);
 		call->ended_at = GetCurrentTimestamp();

@@ -30,6 +30,9 @@
 #include "postgres.h"
 
 #include <signal.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "access/xact.h"
 #include "commands/extension.h"
@@ -436,13 +439,14 @@ collect_finished(void)
 
 /*
  * Show what the sender is doing, in notif_workers() and, at most once a
- * second, in pg_stat_activity.
+ * second, in pg_stat_activity; and trim the heap when it falls idle.
  */
 static void
 report_state(TimestampTz now)
 {
 	static NotifWorkerState reported = WORKER_STARTING;
 	static TimestampTz reported_at = 0;
+	static TimestampTz trimmed_at = 0;
 	int			inflight = notif_http_inflight();
 	NotifWorkerState state;
 	char		activity[128];
@@ -454,6 +458,23 @@ report_state(TimestampTz now)
 	else
 		state = WORKER_IDLE;
 	pg_atomic_write_u32(&slot->state, state);
+
+#ifdef __GLIBC__
+
+	/*
+	 * Idle after sending: free the libcurl handles kept for reuse, and give
+	 * the memory that calls freed back to the system (glibc keeps it,
+	 * fragmented, and a sender's resident size would drift up after
+	 * bursts).  At most every 10 s.
+	 */
+	if (state == WORKER_IDLE && reported == WORKER_SENDING &&
+		TimestampDifferenceExceeds(trimmed_at, now, 10000))
+	{
+		notif_http_release_idle();
+		malloc_trim(0);
+		trimmed_at = now;
+	}
+#endif
 
 	if (!activity_stale && state == reported &&
 		(state != WORKER_SENDING || !TimestampDifferenceExceeds(reported_at, now, 1000)))
