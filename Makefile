@@ -5,7 +5,7 @@
 #   make installcheck    pg_regress (sql/) and TAP tests (test/t/) against it
 #   make test            all of the above on a fresh machine (test/run)
 #   make demo            a throwaway cluster delivering the example types (test/demo)
-#   make bench           the benchmark scripts under test/bench (after make install)
+#   make bench           every benchmark under test/bench; writes doc/benchmarks.md (test/bench/run)
 
 EXTENSION = notif_deliver
 MODULE_big = notif_deliver
@@ -23,11 +23,12 @@ OBJS = \
 	src/job_sql.o \
 	src/request.o \
 	src/http.o \
-	src/throttle.o
+	src/throttle.o \
+	src/workers.o
 
 DATA = $(wildcard notif_deliver--*.sql)
 
-REGRESS = setup schema enqueue enqueue_paths privileges replay
+REGRESS = setup schema enqueue enqueue_paths privileges replay stats operations upgrade
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 
@@ -59,6 +60,5 @@ test:
 demo:
 	bash test/demo
 
-bench: $(SIM)
-	bash test/bench/enqueue_bulk.sh
-	bash test/bench/dispatch.sh
+bench:
+	bash test/bench/run

@@ -37,6 +37,7 @@ typedef struct NotifProviderConf
 	long		connect_timeout_ms;
 	int			max_inflight;
 	double		rate_limit;		/* requests/s, 0 = none */
+	char	   *ref_field;		/* top-level field carrying the key, or NULL */
 } NotifProviderConf;
 
 /* a type of the lane, as read from notif_type, with its provider */
@@ -58,6 +59,7 @@ typedef struct NotifCall
 	/* the job, as claimed */
 	int64		job_id;
 	int			tries;			/* after the claim: this call's try number */
+	int			earlier_tries;	/* tries before the job's last re-drive */
 	const char *claimed_status; /* 'sending' or 'sent' */
 	NotifDelivery delivery;		/* as committed by the claim */
 	TimestampTz deadline_at;	/* 0: none */

@@ -23,6 +23,9 @@ int			notif_poll_interval_ms = 10000;
 int			notif_max_lanes = 16;
 int			notif_purge_interval_ms = 60000;
 int			notif_purge_batch_size = 10000;
+int			notif_stats_window_s = 24 * 3600;
+int			notif_stats_dlr_grace_s = 600;
+int			notif_stats_min_sample = 100;
 
 void
 notif_define_gucs(void)
@@ -97,6 +100,31 @@ notif_define_gucs(void)
 							&notif_purge_batch_size,
 							10000, 100, 1000000,
 							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	/* read by the notif_stats view, with these defaults if not loaded */
+	DefineCustomIntVariable("notif_deliver.stats_window",
+							"How far back notif_stats looks: jobs created since then.",
+							NULL,
+							&notif_stats_window_s,
+							24 * 3600, 1, INT_MAX,
+							PGC_USERSET, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("notif_deliver.stats_dlr_grace",
+							"How long after a job's last call notif_stats waits for its delivery reports.",
+							"Until then the job counts neither for q nor as lost.",
+							&notif_stats_dlr_grace_s,
+							600, 0, INT_MAX,
+							PGC_USERSET, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("notif_deliver.stats_min_sample",
+							"Fewest judged ambiguous attempts for notif_stats to show q.",
+							NULL,
+							&notif_stats_min_sample,
+							100, 1, INT_MAX,
+							PGC_USERSET, 0,
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("notif_deliver");

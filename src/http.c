@@ -262,7 +262,7 @@ notif_http_start(NotifCall *call)
 	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, call->timeout_ms);
 	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, call->connect_timeout_ms);
 	curl_easy_setopt(easy, CURLOPT_HTTPHEADER, call->headers);
-	curl_easy_setopt(easy, CURLOPT_USERAGENT, "notif_deliver/1.0");
+	curl_easy_setopt(easy, CURLOPT_USERAGENT, "notif_deliver/" NOTIF_SCHEMA_VERSION);
 	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, call->errbuf);
 	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, write_cb);
 	curl_easy_setopt(easy, CURLOPT_WRITEDATA, call);

@@ -32,7 +32,7 @@ static const char *const sql_lane_types =
 "       p.name, p.url, p.format, p.headers, p.idempotency_header,"
 "       greatest(1, ceil(extract(epoch FROM p.timeout) * 1000))::int8,"
 "       greatest(1, ceil(extract(epoch FROM p.connect_timeout) * 1000))::int8,"
-"       p.max_inflight, p.rate_limit::float8"
+"       p.max_inflight, p.rate_limit::float8, p.ref_field"
 "  FROM %s.notif_type t JOIN %s.notif_provider p ON p.name = t.provider"
 " WHERE t.lane = $1 AND NOT t.paused"
 " ORDER BY t.priority DESC, t.code";
@@ -66,20 +66,25 @@ static const char *const sql_claim =
 "                          ELSE j.last_error END"
 "   FROM due, type"
 "  WHERE j.id = due.id"
-" RETURNING j.id, j.user_id, j.order_id, j.payload, j.status, j.tries, j.deadline_at";
+" RETURNING j.id, j.user_id, j.order_id, j.payload, j.status, j.tries, j.deadline_at,"
+"           j.earlier_tries";
 
 /*
  * Record what calls did: the job's next state, guarded by what the claim
  * wrote (status, tries, holder), so a stale result never overwrites a newer
- * one; and one notif_attempt row per call.
+ * one; and one notif_attempt row per call (numbered across re-drives).
+ * Each job is found by its primary key: "claimed_by + 0" keeps the planner
+ * off notif_job_claimed_idx, where every job of this sender has the same
+ * key (and dead entries until vacuum), which made a probe walk them all.
  */
 static const char *const sql_record =
 "WITH r AS ("
 "    SELECT * FROM unnest($1::int8[], $2::int4[], $3::text[], $4::int8[], $5::text[],"
 "                         $6::text[], $7::int4[], $8::text[], $9::timestamptz[],"
-"                         $10::timestamptz[], $11::int4[], $12::timestamptz[], $13::timestamptz[])"
+"                         $10::timestamptz[], $11::int4[], $12::timestamptz[], $13::timestamptz[],"
+"                         $14::int4[])"
 "        AS r(id, tries, expected, claimed_by, status, outcome, http_status, error,"
-"             next_at, sent_at, tries_delta, started_at, ended_at)),"
+"             next_at, sent_at, tries_delta, started_at, ended_at, attempt)),"
 " upd AS ("
 "    UPDATE %s.notif_job j"
 "       SET status = r.status,"
@@ -93,11 +98,11 @@ static const char *const sql_record =
 "           claimed_at = NULL"
 "      FROM r"
 "     WHERE j.id = r.id AND j.status = r.expected AND j.tries = r.tries"
-"       AND j.claimed_by = r.claimed_by"
+"       AND j.claimed_by + 0 = r.claimed_by"
 "    RETURNING j.id),"
 " att AS ("
 "    INSERT INTO %s.notif_attempt (job_id, try, started_at, ended_at, outcome, http_status, error)"
-"    SELECT r.id, r.tries, r.started_at, r.ended_at, r.outcome, r.http_status, r.error"
+"    SELECT r.id, r.attempt, r.started_at, r.ended_at, r.outcome, r.http_status, r.error"
 "      FROM r WHERE r.outcome IS NOT NULL"
 "    ON CONFLICT (job_id, try) DO NOTHING)"
 " SELECT count(*)::int4 FROM upd";
@@ -107,7 +112,8 @@ static const char *const sql_orphans =
 "SELECT j.id, j.kind, j.status, j.tries, j.claimed_by, j.claimed_at, j.deadline_at,"
 "       t.max_tries,"
 "       (extract(epoch FROM t.backoff_min) * 1000)::int8,"
-"       (extract(epoch FROM t.backoff_max) * 1000)::int8"
+"       (extract(epoch FROM t.backoff_max) * 1000)::int8,"
+"       j.earlier_tries"
 "  FROM %s.notif_job j JOIN %s.notif_type t ON t.code = j.kind"
 " WHERE j.claimed_by IS NOT NULL AND j.claimed_by <> ALL ($1)"
 "   FOR UPDATE OF j SKIP LOCKED";
@@ -123,7 +129,11 @@ static const char *const sql_max_holder =
 static const char *const sql_lanes =
 "SELECT DISTINCT lane FROM %s.notif_type WHERE NOT paused ORDER BY lane";
 
-/* delete finished jobs past their type's retention, a bounded batch */
+/*
+ * Delete finished jobs past their type's retention, a bounded batch, with
+ * their attempts (their delivery reports go by ON DELETE CASCADE); and
+ * orphaned delivery reports older than the longest retention.
+ */
 static const char *const sql_purge =
 "WITH doomed AS ("
 "    SELECT j.id"
@@ -135,14 +145,21 @@ static const char *const sql_purge =
 "         LIMIT $1) j"
 "     LIMIT $1),"
 " gone AS (DELETE FROM %s.notif_job j USING doomed d WHERE j.id = d.id RETURNING j.id),"
-" att AS (DELETE FROM %s.notif_attempt a USING gone g WHERE a.job_id = g.id)"
+" att AS (DELETE FROM %s.notif_attempt a USING gone g WHERE a.job_id = g.id),"
+" orphaned AS ("
+"    DELETE FROM %s.notif_dlr d"
+"     WHERE d.id IN (SELECT o.id FROM %s.notif_dlr o"
+"                     WHERE o.job_id IS NULL"
+"                       AND o.received_at < now() -"
+"                           (SELECT coalesce(max(retention), '7 days') FROM %s.notif_type)"
+"                     LIMIT $1))"
 " SELECT count(*) FROM gone";
 
 typedef struct PlanDef
 {
 	const char *const *sql;
 	int			nargs;
-	Oid			argtypes[13];
+	Oid			argtypes[14];
 	SPIPlanPtr	plan;
 } PlanDef;
 
@@ -155,10 +172,11 @@ enum
 static PlanDef plans[N_PLANS] = {
 	[PLAN_LANE_TYPES] = {&sql_lane_types, 1, {TEXTOID}},
 	[PLAN_CLAIM] = {&sql_claim, 3, {TEXTOID, INT4OID, INT8OID}},
-	[PLAN_RECORD] = {&sql_record, 13,
+	[PLAN_RECORD] = {&sql_record, 14,
 		{INT8ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID,
 			TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID,
-		TIMESTAMPTZARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID}},
+			TIMESTAMPTZARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID,
+		INT4ARRAYOID}},
 	[PLAN_ORPHANS] = {&sql_orphans, 1, {INT8ARRAYOID}},
 	[PLAN_NEXT_DUE] = {&sql_next_due, 1, {TEXTOID}},
 	[PLAN_LANES] = {&sql_lanes, 0, {0}},
@@ -167,27 +185,44 @@ static PlanDef plans[N_PLANS] = {
 };
 
 static Oid	plans_extension = InvalidOid;
+static char *plans_version = NULL;
+
+/* the version of the extension installed, when it is not the one we need */
+char	   *notif_sql_wrong_version = NULL;
 
 /*
  * Prepare the plans for the extension as it is now.  Returns false when the
- * extension is not installed.  Re-prepares after a DROP and CREATE.
+ * extension is not installed, or is installed at another version than this
+ * library's (notif_sql_wrong_version then says which).  Re-prepares after a
+ * DROP and CREATE, or an ALTER EXTENSION ... UPDATE.
  */
 bool
 notif_sql_prepare(void)
 {
 	Oid			ext = get_extension_oid(NOTIF_EXTENSION_NAME, true);
 	Oid			nspid;
+	char	   *version;
 	int			i;
 
+	if (notif_sql_wrong_version)
+		pfree(notif_sql_wrong_version);
+	notif_sql_wrong_version = NULL;
 	if (!OidIsValid(ext))
 	{
 		plans_extension = InvalidOid;
 		return false;
 	}
-	if (ext == plans_extension)
+	nspid = notif_extension_schema(ext, &version);
+	if (version == NULL || strcmp(version, NOTIF_SCHEMA_VERSION) != 0)
+	{
+		notif_sql_wrong_version = MemoryContextStrdup(TopMemoryContext,
+													  version ? version : "?");
+		plans_extension = InvalidOid;
+		return false;
+	}
+	if (ext == plans_extension && plans_version && strcmp(plans_version, version) == 0)
 		return true;
 
-	nspid = notif_extension_schema(ext);
 	for (i = 0; i < N_PLANS; i++)
 	{
 		SPIPlanPtr	p;
@@ -204,6 +239,9 @@ notif_sql_prepare(void)
 		plans[i].plan = p;
 	}
 	plans_extension = ext;
+	if (plans_version)
+		pfree(plans_version);
+	plans_version = MemoryContextStrdup(TopMemoryContext, version);
 	return true;
 }
 
@@ -325,6 +363,7 @@ notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out)
 		t->provider.max_inflight = col_int(i, 14);
 		d = col(i, 15, &isnull);
 		t->provider.rate_limit = isnull ? 0 : DatumGetFloat8(d);
+		t->provider.ref_field = col_text(i, 16, cxt);
 	}
 	*out = types;
 	return (int) SPI_processed;
@@ -356,6 +395,7 @@ notif_sql_claim(const char *kind, int limit, int64 incarnation,
 		j->status = col_text(i, 5, cxt);
 		j->tries = col_int(i, 6);
 		j->deadline_at = col_timestamptz(i, 7);
+		j->earlier_tries = col_int(i, 8);
 	}
 	*out = jobs;
 	return (int) SPI_processed;
@@ -381,11 +421,11 @@ notif_sql_record(NotifResult *results, int n, int *updated)
 	enum
 	{
 		ID, TRIES, EXPECTED, CLAIMED_BY, STATUS, OUTCOME, HTTP, ERROR_, NEXT_AT,
-		SENT_AT, TRIES_DELTA, STARTED, ENDED, NCOLS
+		SENT_AT, TRIES_DELTA, STARTED, ENDED, ATTEMPT, NCOLS
 	};
 	static const Oid elemtypes[NCOLS] = {INT8OID, INT4OID, TEXTOID, INT8OID, TEXTOID,
 		TEXTOID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID};
+	TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID};
 	Datum	   *elems[NCOLS];
 	bool	   *nulls[NCOLS];
 	Datum		values[NCOLS];
@@ -431,6 +471,7 @@ notif_sql_record(NotifResult *results, int n, int *updated)
 		elems[TRIES_DELTA][i] = Int32GetDatum(r->next.tries_delta);
 		elems[STARTED][i] = TimestampTzGetDatum(r->started_at);
 		elems[ENDED][i] = TimestampTzGetDatum(r->ended_at);
+		elems[ATTEMPT][i] = Int32GetDatum(r->earlier_tries + r->tries);
 	}
 	for (c = 0; c < NCOLS; c++)
 		values[c] = array_of(elems[c], nulls[c], n, elemtypes[c]);
@@ -468,6 +509,7 @@ notif_sql_orphans(const int64 *live, int n_live, MemoryContext cxt, NotifOrphanJ
 		j->policy.max_tries = col_int(i, 8);
 		j->policy.backoff_min_ms = col_int(i, 9);
 		j->policy.backoff_max_ms = col_int(i, 10);
+		j->earlier_tries = col_int(i, 11);
 	}
 	*out = jobs;
 	return (int) SPI_processed;

@@ -21,6 +21,7 @@ typedef struct NotifClaimedJob
 	char	   *status;			/* 'sent', 'sending' or 'expired' */
 	int			tries;
 	TimestampTz deadline_at;	/* 0: none */
+	int			earlier_tries;	/* before the last re-drive */
 } NotifClaimedJob;
 
 /* a job held by a sender that is gone */
@@ -34,6 +35,7 @@ typedef struct NotifOrphanJob
 	TimestampTz claimed_at;
 	TimestampTz deadline_at;
 	NotifRetryPolicy policy;	/* its type's */
+	int			earlier_tries;
 } NotifOrphanJob;
 
 /* what to write about one finished (or abandoned) call */
@@ -41,6 +43,7 @@ typedef struct NotifResult
 {
 	int64		job_id;
 	int			tries;			/* the job's tries as claimed (CAS) */
+	int			earlier_tries;	/* the attempt is earlier_tries + tries */
 	const char *expected_status;	/* as claimed (CAS) */
 	int64		claimed_by;		/* as claimed (CAS) */
 	NotifTransition next;
@@ -52,6 +55,7 @@ typedef struct NotifResult
 	TimestampTz ended_at;
 } NotifResult;
 
+extern char *notif_sql_wrong_version;
 extern bool notif_sql_prepare(void);
 extern int	notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out);
 extern int	notif_sql_claim(const char *kind, int limit, int64 incarnation,

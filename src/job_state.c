@@ -133,7 +133,17 @@ notif_classify(int curl_code, long http_status, bool connected, bool request_sen
 
 	for (i = 0; i < (int) lengthof(classification); i++)
 		if (classification[i].code == (CURLcode) curl_code)
+		{
+			/*
+			 * A connection failure after request bytes went out: the request
+			 * died on a reused keep-alive connection, libcurl silently re-sent
+			 * it on a fresh one, and that one failed (e.g. refused because the
+			 * provider just died).  The first copy may have been acted on.
+			 */
+			if (classification[i].outcome == OUTCOME_UNREACHED && request_sent)
+				return OUTCOME_UNKNOWN;
 			return classification[i].outcome;
+		}
 
 	return request_sent ? OUTCOME_UNKNOWN : OUTCOME_UNREACHED;
 }

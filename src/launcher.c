@@ -12,7 +12,9 @@
  * that went away, and starts again a sender that stopped.  Senders are
  * independent processes: an error in one lane never stops another.
  *
- * Until the extension exists in notif_deliver.database it waits quietly.
+ * Until the extension exists in notif_deliver.database it waits quietly;
+ * while it exists at an older version than this library's, it warns once
+ * and starts no sender until ALTER EXTENSION ... UPDATE commits.
  * Nothing runs on a standby: it starts when recovery has finished.
  *
  *-------------------------------------------------------------------------
@@ -176,6 +178,7 @@ static void
 reconcile(char **lanes, int n_lanes)
 {
 	int			i,
+				k,
 				j;
 
 	for (i = 0; i < notif_max_lanes; i++)
@@ -229,6 +232,9 @@ reconcile(char **lanes, int n_lanes)
 		strlcpy(notif_shared->lanes[i].lane, lanes[j], NOTIF_NAME_MAXLEN);
 		pg_atomic_write_u32(&notif_shared->lanes[i].inflight, 0);
 		pg_atomic_write_u64(&notif_shared->lanes[i].sent, 0);
+		pg_atomic_write_u32(&notif_shared->lanes[i].state, WORKER_STARTING);
+		for (k = 0; k < NOTIF_RATE_SECONDS; k++)
+			pg_atomic_write_u64(&notif_shared->lanes[i].sent_second[k], 0);
 		SpinLockRelease(&notif_shared->mutex);
 		ereport(LOG, (errmsg("notif_deliver: starting the sender of lane \"%s\"", lanes[j])));
 		start_sender(i);
@@ -242,6 +248,8 @@ launcher_round(MemoryContext round_cxt, bool purge)
 	char	  **lanes = NULL;
 	int			n_lanes = 0;
 	int64		purged = 0;
+	NotifWorkerState state;
+	static bool warned_version = false;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -249,8 +257,11 @@ launcher_round(MemoryContext round_cxt, bool purge)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "reading lanes");
 
-	if (notif_enabled && notif_sql_prepare())
+	if (!notif_enabled)
+		state = WORKER_DISABLED;
+	else if (notif_sql_prepare())
 	{
+		state = WORKER_IDLE;
 		/*
 		 * Incarnations start from the clock at each server start; should the
 		 * clock have gone back, start above every holder recorded in jobs.
@@ -264,6 +275,23 @@ launcher_round(MemoryContext round_cxt, bool purge)
 			purged = notif_sql_purge(notif_purge_batch_size);
 		}
 	}
+	else if (notif_sql_wrong_version)
+	{
+		state = WORKER_NEEDS_UPDATE;
+		if (!warned_version)
+			ereport(WARNING,
+					(errmsg("notif_deliver: the extension in database \"%s\" is version %s, this library needs %s",
+							notif_database, notif_sql_wrong_version, NOTIF_SCHEMA_VERSION),
+					 errdetail("Nothing is sent until the extension is updated; enqueued jobs wait."),
+					 errhint("Run ALTER EXTENSION notif_deliver UPDATE in database \"%s\".",
+							 notif_database)));
+		warned_version = true;
+	}
+	else
+		state = WORKER_NOT_INSTALLED;
+	if (state != WORKER_NEEDS_UPDATE)
+		warned_version = false;
+	pg_atomic_write_u32(&notif_shared->launcher_state, state);
 
 	SPI_finish();
 	PopActiveSnapshot();

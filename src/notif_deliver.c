@@ -19,6 +19,7 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
 
 #include "notif_deliver.h"
 
@@ -68,10 +69,11 @@ notif_qualified_sql(Oid nspid, const char *fmt)
 
 /*
  * The schema of an installed extension (get_extension_schema() is not
- * exported before PostgreSQL 16).
+ * exported before PostgreSQL 16) and, if version is not NULL, its version
+ * (palloc'd).
  */
 Oid
-notif_extension_schema(Oid extoid)
+notif_extension_schema(Oid extoid, char **version)
 {
 	Relation	rel;
 	ScanKeyData key;
@@ -79,13 +81,26 @@ notif_extension_schema(Oid extoid)
 	HeapTuple	tuple;
 	Oid			result = InvalidOid;
 
+	if (version)
+		*version = NULL;
 	rel = table_open(ExtensionRelationId, AccessShareLock);
 	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
 				ObjectIdGetDatum(extoid));
 	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
 	tuple = systable_getnext(scan);
 	if (HeapTupleIsValid(tuple))
+	{
 		result = ((Form_pg_extension) GETSTRUCT(tuple))->extnamespace;
+		if (version)
+		{
+			bool		isnull;
+			Datum		d = heap_getattr(tuple, Anum_pg_extension_extversion,
+										 RelationGetDescr(rel), &isnull);
+
+			if (!isnull)
+				*version = TextDatumGetCString(d);
+		}
+	}
 	systable_endscan(scan);
 	table_close(rel, AccessShareLock);
 	return result;

@@ -18,6 +18,13 @@
 #define NOTIF_EXTENSION_NAME	"notif_deliver"
 #define NOTIF_NAME_MAXLEN		64	/* lane and provider names in shmem */
 
+/*
+ * The extension version whose schema this library's workers need.  Until
+ * ALTER EXTENSION ... UPDATE brings an older installation to it, nothing is
+ * sent (enqueueing goes on).
+ */
+#define NOTIF_SCHEMA_VERSION	"1.1"
+
 /* guc.c */
 extern int	notif_max_payload_size;
 extern char *notif_database;
@@ -28,10 +35,26 @@ extern int	notif_poll_interval_ms;
 extern int	notif_max_lanes;
 extern int	notif_purge_interval_ms;
 extern int	notif_purge_batch_size;
+extern int	notif_stats_window_s;
+extern int	notif_stats_dlr_grace_s;
+extern int	notif_stats_min_sample;
 
 extern void notif_define_gucs(void);
 
 /* shmem.c: what the launcher, the senders and enqueuing sessions share */
+#define NOTIF_RATE_SECONDS 60
+
+/* what a process is doing, as notif_workers() shows it */
+typedef enum NotifWorkerState
+{
+	WORKER_STARTING,
+	WORKER_IDLE,				/* nothing due */
+	WORKER_SENDING,				/* calls in flight, or claiming */
+	WORKER_BACKING_OFF,			/* after an error, retrying soon */
+	WORKER_DISABLED,			/* launcher: notif_deliver.enabled is off */
+	WORKER_NOT_INSTALLED,		/* launcher: no extension in the database */
+	WORKER_NEEDS_UPDATE			/* launcher: ALTER EXTENSION ... UPDATE */
+} NotifWorkerState;
 typedef struct NotifLaneSlot
 {
 	bool		in_use;			/* a lane is assigned to this slot */
@@ -41,6 +64,10 @@ typedef struct NotifLaneSlot
 	int64		incarnation;	/* its sender's incarnation, 0 if none */
 	pg_atomic_uint32 inflight;	/* calls in flight */
 	pg_atomic_uint64 sent;		/* calls ended, since the slot was assigned */
+	pg_atomic_uint32 state;		/* NotifSenderState */
+	/* jobs sent, per second of the last minute (written by the sender) */
+	pg_atomic_uint64 sent_second[NOTIF_RATE_SECONDS];	/* which second */
+	pg_atomic_uint32 sent_count[NOTIF_RATE_SECONDS];	/* how many in it */
 } NotifLaneSlot;
 
 typedef struct NotifProviderSlot
@@ -61,6 +88,7 @@ typedef struct NotifShared
 	slock_t		mutex;			/* protects everything not atomic */
 	pid_t		launcher_pid;
 	Latch	   *launcher_latch;
+	pg_atomic_uint32 launcher_state;	/* NotifWorkerState */
 	pg_atomic_uint64 config_generation;	/* bumped by each config commit */
 	int64		next_incarnation;
 	NotifProviderSlot providers[NOTIF_MAX_PROVIDERS];
@@ -77,6 +105,8 @@ extern void notif_wake_lane(const char *lane);
 extern void notif_wake_all(void);
 extern void notif_wake_senders(void);
 extern int	notif_live_incarnations(int64 *out, int max);
+extern void notif_count_sent(NotifLaneSlot *lane, int n);
+extern uint64 notif_sent_last_minute(NotifLaneSlot *lane);
 
 /* wake.c: wake-ups at commit */
 extern void notif_wake_lane_at_commit(const char *lane);
@@ -94,7 +124,7 @@ extern bool notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info);
 
 /* notif_deliver.c */
 extern char *notif_qualified_sql(Oid nspid, const char *fmt);
-extern Oid	notif_extension_schema(Oid extoid);
+extern Oid	notif_extension_schema(Oid extoid, char **version);
 
 /* launcher.c, sender.c: background worker entry points */
 extern PGDLLEXPORT void notif_launcher_main(Datum arg);

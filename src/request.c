@@ -8,8 +8,10 @@
  *   form   POST, its top-level keys as application/x-www-form-urlencoded
  *   query  GET, its top-level keys as URL query parameters
  *
- * The bytes depend on the stored payload only, so every attempt of a job
- * sends the same body.  Top-level string values travel as they are; other
+ * A provider with a ref_field gets the job's key as one more top-level
+ * field (replacing a payload field of that name), so that its delivery
+ * reports can name the job.  The bytes depend on the stored payload and the
+ * key only, so every attempt of a job sends the same body.  Top-level string values travel as they are; other
  * values as their JSON text; null as an empty value.
  *
  *-------------------------------------------------------------------------
@@ -105,6 +107,54 @@ append_pairs(StringInfo buf, Jsonb *payload)
 }
 
 /*
+ * The payload with "field": key added at the top level (jsonb keeps an
+ * object's keys in one canonical order, so the result is the same bytes
+ * for every attempt).
+ */
+static Jsonb *
+with_ref_field(Jsonb *payload, const char *field, const char *key)
+{
+	JsonbParseState *state = NULL;
+	JsonbIterator *it = JsonbIteratorInit(&payload->root);
+	JsonbValue	v;
+	JsonbValue	k;
+	JsonbIteratorToken tok;
+	JsonbValue *result = NULL;
+	bool		skip = false;
+
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (tok == WJB_END_OBJECT)
+		{
+			k.type = jbvString;
+			k.val.string.val = (char *) field;
+			k.val.string.len = strlen(field);
+			pushJsonbValue(&state, WJB_KEY, &k);
+			v.type = jbvString;
+			v.val.string.val = (char *) key;
+			v.val.string.len = strlen(key);
+			pushJsonbValue(&state, WJB_VALUE, &v);
+			result = pushJsonbValue(&state, WJB_END_OBJECT, NULL);
+		}
+		else if (tok == WJB_KEY)
+		{
+			skip = (v.val.string.len == (int) strlen(field) &&
+					memcmp(v.val.string.val, field, v.val.string.len) == 0);
+			if (!skip)
+				pushJsonbValue(&state, tok, &v);
+		}
+		else if (tok == WJB_VALUE)
+		{
+			if (!skip)
+				pushJsonbValue(&state, tok, &v);
+		}
+		else
+			pushJsonbValue(&state, tok, tok == WJB_BEGIN_OBJECT ? NULL : &v);
+	}
+	return JsonbValueToJsonb(result);
+}
+
+/*
  * Fill call->url, body and headers.  Allocates in the current memory
  * context (the call's) and, for the header list, with malloc (libcurl's).
  */
@@ -115,6 +165,9 @@ notif_build_request(NotifCall *call, const NotifProviderConf *provider,
 	StringInfoData buf;
 	struct curl_slist *h = NULL;
 	struct curl_slist *s;
+
+	if (provider->ref_field)
+		payload = with_ref_field(payload, provider->ref_field, key);
 
 	initStringInfo(&buf);
 	switch (provider->format)

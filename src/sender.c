@@ -10,8 +10,8 @@
  * ended (job_state.c says what each job becomes), then claim due jobs
  * (FOR UPDATE SKIP LOCKED, higher type priority first, up to the lane's and
  * the providers' limits).  The round commits, and only then do the claimed
- * calls start: so an at_most_once job is committed 'sent' before its request
- * leaves, and an at_least_once job is committed 'sending' before, and
+ * calls start: so an at_most_once job is committed 'sent' (durably, even
+ * under synchronous_commit = off) before its request leaves, and an at_least_once job is committed 'sending' before, and
  * 'sent' only in a round after its 2xx arrived.  No transaction is open
  * while calls are in flight.
  *
@@ -77,6 +77,7 @@ static TimestampTz claim_at = 0;	/* next claim round; 0: as soon as room */
 static TimestampTz backoff_until = 0;	/* after an error */
 static int	n_errors = 0;
 static char *last_error = NULL;
+static bool activity_stale = true;	/* pg_stat_activity needs a new report */
 
 /*
  * At exit, however it happens: give back the provider slots this process
@@ -163,6 +164,7 @@ new_call(NotifTypeConf *type, NotifClaimedJob *job)
 	call->cxt = cxt;
 	call->job_id = job->id;
 	call->tries = job->tries;
+	call->earlier_tries = job->earlier_tries;
 	call->claimed_status = pstrdup(job->status);
 	call->delivery = strcmp(job->status, "sent") == 0 ? AT_MOST_ONCE : AT_LEAST_ONCE;
 	call->deadline_at = job->deadline_at;
@@ -228,6 +230,7 @@ recover_orphans(void)
 		r = &results[k++];
 		r->job_id = o->id;
 		r->tries = o->tries;
+		r->earlier_tries = o->earlier_tries;
 		r->expected_status = o->status;
 		r->claimed_by = o->claimed_by;
 		r->outcome = OUTCOME_UNKNOWN;
@@ -267,6 +270,7 @@ finished_results(NotifResult **out)
 
 		r->job_id = call->job_id;
 		r->tries = call->tries;
+		r->earlier_tries = call->earlier_tries;
 		r->expected_status = call->claimed_status;
 		r->claimed_by = incarnation;
 		r->outcome = call->outcome;
@@ -410,9 +414,14 @@ static void
 collect_finished(void)
 {
 	NotifCall  *call;
+	int			sent = 0;
 
 	while ((call = notif_http_next_done()) != NULL)
 	{
+		/* the job ends 'sent' (at_most_once: it was, before the call) */
+		if (call->outcome == OUTCOME_ACCEPTED ||
+			(call->delivery == AT_MOST_ONCE && call->outcome == OUTCOME_UNKNOWN))
+			sent++;
 		notif_throttle_release(call->provider_slot, 1, false);
 		if (call->http_status == 429 && call->retry_after_ms > 0)
 			notif_throttle_pause(call->provider_slot,
@@ -420,6 +429,52 @@ collect_finished(void)
 		pg_atomic_fetch_sub_u32(&slot->inflight, 1);
 		pg_atomic_fetch_add_u64(&slot->sent, 1);
 		dlist_push_tail(&finished, &call->node);
+	}
+	if (sent > 0)
+		notif_count_sent(slot, sent);
+}
+
+/*
+ * Show what the sender is doing, in notif_workers() and, at most once a
+ * second, in pg_stat_activity.
+ */
+static void
+report_state(TimestampTz now)
+{
+	static NotifWorkerState reported = WORKER_STARTING;
+	static TimestampTz reported_at = 0;
+	int			inflight = notif_http_inflight();
+	NotifWorkerState state;
+	char		activity[128];
+
+	if (now < backoff_until)
+		state = WORKER_BACKING_OFF;
+	else if (inflight > 0)
+		state = WORKER_SENDING;
+	else
+		state = WORKER_IDLE;
+	pg_atomic_write_u32(&slot->state, state);
+
+	if (!activity_stale && state == reported &&
+		(state != WORKER_SENDING || !TimestampDifferenceExceeds(reported_at, now, 1000)))
+		return;
+	activity_stale = false;
+	reported = state;
+	reported_at = now;
+	switch (state)
+	{
+		case WORKER_SENDING:
+			snprintf(activity, sizeof(activity),
+					 "sending: %d calls in flight, " UINT64_FORMAT " jobs sent in the last minute",
+					 inflight, notif_sent_last_minute(slot));
+			pgstat_report_activity(STATE_RUNNING, activity);
+			break;
+		case WORKER_BACKING_OFF:
+			pgstat_report_activity(STATE_IDLE, "backing off after an error (see the server log)");
+			break;
+		default:
+			pgstat_report_activity(STATE_IDLE, "waiting for due jobs");
+			break;
 	}
 }
 
@@ -453,6 +508,33 @@ discard_claimed(void)
 }
 
 /*
+ * An at_most_once claim must be durable before its call starts: were its
+ * commit lost in a crash, the job would be claimed and sent again.  Under
+ * synchronous_commit = off, make this round's commit wait for its WAL
+ * flush (a transaction-local setting; stronger settings are kept).
+ */
+static void
+make_claims_durable(void)
+{
+	dlist_iter	iter;
+
+	if (synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
+		return;
+	dlist_foreach(iter, &claimed)
+	{
+		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
+
+		if (call->delivery == AT_MOST_ONCE)
+		{
+			(void) set_config_option("synchronous_commit", "local",
+									 PGC_SUSET, PGC_S_SESSION,
+									 GUC_ACTION_LOCAL, true, 0, false);
+			return;
+		}
+	}
+}
+
+/*
  * One round: record, recover, claim, in one transaction; then start the
  * claimed calls.  On error the transaction rolls back, the results stay to
  * be recorded next time, nothing claimed is started.
@@ -481,13 +563,14 @@ sender_round(bool want_claim)
 		notif_sql_record(results, n_results, NULL);
 		if (want_claim && !ShutdownRequestPending)
 			claim_jobs();
+		make_claims_durable();
 	}
 
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	pgstat_report_stat(false);
-	pgstat_report_activity(STATE_IDLE, NULL);
+	activity_stale = true;
 
 	if (!installed)
 	{
@@ -537,7 +620,7 @@ round_failed(void)
 	notif_throttle_release(pending_grant_slot, pending_grant, true);
 	pending_grant = 0;
 	config_stale = true;
-	pgstat_report_activity(STATE_IDLE, NULL);
+	activity_stale = true;
 
 	/*
 	 * A DROP EXTENSION that committed during the round is no error: the
@@ -679,6 +762,7 @@ notif_sender_main(Datum arg)
 		volatile bool want_claim;
 
 		now = GetCurrentTimestamp();
+		report_state(now);
 		room = notif_http_inflight() < notif_max_inflight;
 		n = WaitEventSetWait(wes, wait_timeout_ms(now, room), events, lengthof(events),
 							 PG_WAIT_EXTENSION);

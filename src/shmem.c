@@ -86,10 +86,20 @@ notif_shmem_attach(void)
 		SpinLockInit(&notif_shared->mutex);
 		pg_atomic_init_u64(&notif_shared->config_generation, 1);
 		notif_shared->next_incarnation = GetCurrentTimestamp();
+		pg_atomic_init_u32(&notif_shared->launcher_state, WORKER_STARTING);
 		for (i = 0; i < notif_max_lanes; i++)
 		{
-			pg_atomic_init_u32(&notif_shared->lanes[i].inflight, 0);
-			pg_atomic_init_u64(&notif_shared->lanes[i].sent, 0);
+			NotifLaneSlot *slot = &notif_shared->lanes[i];
+			int			s;
+
+			pg_atomic_init_u32(&slot->inflight, 0);
+			pg_atomic_init_u64(&slot->sent, 0);
+			pg_atomic_init_u32(&slot->state, WORKER_STARTING);
+			for (s = 0; s < NOTIF_RATE_SECONDS; s++)
+			{
+				pg_atomic_init_u64(&slot->sent_second[s], 0);
+				pg_atomic_init_u32(&slot->sent_count[s], 0);
+			}
 		}
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -189,4 +199,41 @@ notif_live_incarnations(int64 *out, int max)
 			out[n++] = notif_shared->lanes[i].incarnation;
 	SpinLockRelease(&notif_shared->mutex);
 	return n;
+}
+
+/*
+ * Count n jobs sent by a lane's sender, in the bucket of the current second.
+ * Only the lane's sender writes its buckets; readers may see a bucket just
+ * being reset, which costs at most one second's count, once.
+ */
+void
+notif_count_sent(NotifLaneSlot *lane, int n)
+{
+	uint64		second = (uint64) (GetCurrentTimestamp() / USECS_PER_SEC);
+	int			b = (int) (second % NOTIF_RATE_SECONDS);
+
+	if (pg_atomic_read_u64(&lane->sent_second[b]) != second)
+	{
+		pg_atomic_write_u32(&lane->sent_count[b], 0);
+		pg_atomic_write_u64(&lane->sent_second[b], second);
+	}
+	pg_atomic_fetch_add_u32(&lane->sent_count[b], n);
+}
+
+/* Jobs a lane's sender sent in the last NOTIF_RATE_SECONDS seconds. */
+uint64
+notif_sent_last_minute(NotifLaneSlot *lane)
+{
+	uint64		now = (uint64) (GetCurrentTimestamp() / USECS_PER_SEC);
+	uint64		total = 0;
+	int			b;
+
+	for (b = 0; b < NOTIF_RATE_SECONDS; b++)
+	{
+		uint64		second = pg_atomic_read_u64(&lane->sent_second[b]);
+
+		if (second + NOTIF_RATE_SECONDS > now && second <= now)
+			total += pg_atomic_read_u32(&lane->sent_count[b]);
+	}
+	return total;
 }

@@ -2,8 +2,9 @@
  *
  * wake.c
  *      Wake-ups that must happen when a transaction commits, and not before:
- *      a committed notif_enqueue wakes its lane's sender; a committed change
- *      to notif_type or notif_provider wakes the launcher and every sender.
+ *      a committed notif_enqueue or notif_retry wakes its lane's sender; a
+ *      committed change to notif_type or notif_provider, or an extension
+ *      install or update, wakes the launcher and every sender.
  *
  * A transaction remembers what to wake in backend-local memory and a
  * transaction callback does it at XACT_EVENT_COMMIT (after the commit is
@@ -17,6 +18,7 @@
 #include "access/xact.h"
 #include "commands/trigger.h"
 #include "fmgr.h"
+#include "utils/builtins.h"
 #include "utils/inval.h"
 
 #include "notif_deliver.h"
@@ -31,6 +33,7 @@ static char pending_lanes[MAX_PENDING_LANES][NOTIF_NAME_MAXLEN];
 
 PG_FUNCTION_INFO_V1(notif_config_changed);
 PG_FUNCTION_INFO_V1(notif_wake_launcher);
+PG_FUNCTION_INFO_V1(notif_wake_lane_sql);
 
 static void
 reset_pending(void)
@@ -144,5 +147,15 @@ Datum
 notif_wake_launcher(PG_FUNCTION_ARGS)
 {
 	notif_config_changed_at_commit();
+	PG_RETURN_VOID();
+}
+
+/* notif_wake_lane(lane): wake a lane's sender at commit (notif_retry). */
+Datum
+notif_wake_lane_sql(PG_FUNCTION_ARGS)
+{
+	char	   *lane = text_to_cstring(PG_GETARG_TEXT_PP(0));
+
+	notif_wake_lane_at_commit(lane);
 	PG_RETURN_VOID();
 }

@@ -13,7 +13,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(new_node start_sim sim_get ledger ledger_key stats wait_until
-  job_row set_provider last_request);
+  job_row set_provider last_request doc_sql);
 
 # simulators started by this test, stopped when it ends
 my @sims;
@@ -167,6 +167,18 @@ sub set_provider
 		  . "UPDATE notif_provider SET url = '$url'"
 		  . join('', map { ", $_" } @sets)
 		  . " WHERE name = '$name'");
+}
+
+# The SQL block of a documentation file that the line before its ```sql
+# fence marks with <!-- test: NAME -->, as bytes (for safe_psql).  Tests run
+# the documented statements themselves, so the doc cannot drift.
+sub doc_sql
+{
+	my ($file, $name) = @_;
+	my $text = PostgreSQL::Test::Utils::slurp_file($file);
+	$text =~ /^[ \t]*<!-- test: \Q$name\E -->\n[ \t]*```sql\n(.*?)^[ \t]*```/ms
+	  or die "no SQL block marked <!-- test: $name --> in $file";
+	return $1;
 }
 
 1;

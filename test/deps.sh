@@ -1,27 +1,86 @@
 #!/usr/bin/env bash
 # test/deps.sh: install the packages that building and testing notif_deliver
 # need, on Debian 12, if any is missing.  Root uses apt directly; anyone else
-# gets told what to install.
+# gets told what to install.  With --bench, also what `make bench` needs
+# (gnuplot-nox for the charts).
+#
+# kannel and kannel-extras (the open-source SMS gateway and its fake SMSC)
+# are for the end-to-end test test/t/008_kannel.pl only: root installs them
+# with the rest (CI runs as root); where they cannot be installed, or for
+# anyone else, a warning says that the test will be skipped.  Their daemons
+# never start: a policy-rc.d denies it during the install (any policy-rc.d
+# already there is put back after), and one found running afterwards is
+# stopped.
 set -euo pipefail
 packages=(make gcc libc6-dev postgresql-15 postgresql-server-dev-15 postgresql-client-15
 	libcurl4-openssl-dev libipc-run-perl openssl bc procps)
+[ "${1:-}" = --bench ] && packages+=(gnuplot-nox)
+optional=(kannel kannel-extras)
+
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+
 missing=()
-for p in "${packages[@]}"; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
-[ ${#missing[@]} -eq 0 ] && exit 0
+for p in "${packages[@]}"; do installed "$p" || missing+=("$p"); done
+missing_optional=()
+for p in "${optional[@]}"; do installed "$p" || missing_optional+=("$p"); done
+[ ${#missing[@]} -eq 0 ] && [ ${#missing_optional[@]} -eq 0 ] && exit 0
+
 if [ "$(id -u)" != 0 ]; then
-	echo "missing packages: ${missing[*]}; install them with: sudo apt-get install ${missing[*]}" >&2
-	exit 1
+	if [ ${#missing_optional[@]} -gt 0 ]; then
+		echo "missing packages: ${missing_optional[*]}; the Kannel test will be skipped;" \
+			"install them with: sudo apt-get install ${missing_optional[*]}" >&2
+	fi
+	if [ ${#missing[@]} -gt 0 ]; then
+		echo "missing packages: ${missing[*]}; install them with: sudo apt-get install ${missing[*]}" >&2
+		exit 1
+	fi
+	exit 0
 fi
-echo "== installing ${missing[*]}"
+
+echo "== installing ${missing[*]} ${missing_optional[*]}"
 export DEBIAN_FRONTEND=noninteractive
-# the server package would start a cluster of its own: not wanted here
-if [ ! -e /usr/sbin/policy-rc.d ]; then
-	printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-	chmod +x /usr/sbin/policy-rc.d
-	trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+
+# The server package would start a cluster of its own, kannel a bearerbox
+# and a wapbox: not wanted here.  Deny every daemon start during the install,
+# then put back whatever policy was there before.
+policy=/usr/sbin/policy-rc.d
+saved=
+if [ -e "$policy" ] || [ -L "$policy" ]; then
+	saved=$(mktemp /usr/sbin/.policy-rc.d.saved.XXXXXX)
+	mv -f "$policy" "$saved"
 fi
+restore_policy()
+{
+	rm -f "$policy"
+	if [ -n "$saved" ]; then mv -f "$saved" "$policy"; fi
+}
+trap restore_policy EXIT
+printf '#!/bin/sh\n# test/deps.sh: no daemon starts during this install\nexit 101\n' >"$policy"
+chmod +x "$policy"
+
 apt-get update -qq
 # postgresql-15 and its headers must be the same minor version: install both
-apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+if [ ${#missing[@]} -gt 0 ]; then
+	apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+fi
+if [ ${#missing_optional[@]} -gt 0 ] &&
+	! apt-get install -y -qq --no-install-recommends "${optional[@]}" >/dev/null; then
+	echo "could not install ${optional[*]}: the Kannel test will be skipped" >&2
+fi
+
+# Belt and braces: if the kannel package started its daemons anyway (a
+# policy-rc.d is only advisory for init systems that ignore it), stop them
+# as its init script does: the run_kannel_box supervisor named by each pid
+# file, which stops its box.  Never a test's own boxes (no pid file there).
+for pidfile in /var/run/kannel/kannel_{bearerbox,wapbox,smsbox}.pid; do
+	[ -f "$pidfile" ] || continue
+	rc=0
+	start-stop-daemon --stop --quiet --retry 5 --pidfile "$pidfile" \
+		--exec /usr/sbin/run_kannel_box || rc=$?
+	case $rc in
+	0) echo "== stopped the kannel daemon the package started ($pidfile)" ;;
+	1) ;; # not running
+	*) echo "could not stop the kannel daemon of $pidfile" >&2; exit 1 ;;
+	esac
+done
+exit 0

@@ -55,7 +55,7 @@ hz=$(getconf CLK_TCK)
 for latency in 0 50; do
 	sim_get "/config?latency_ms=$latency"
 	sim_get "/reset"
-	cluster_psql -c "TRUNCATE notif_job, notif_attempt" \
+	cluster_psql -c "TRUNCATE notif_job, notif_attempt CASCADE" \
 		-c "SELECT count(notif_enqueue(g, 'bench', 'o', '{\"to\":\"+84900000000\",\"text\":\"hello\"}')) FROM generate_series(1, $JOBS) g" \
 		-c "CHECKPOINT" >/dev/null
 	pg0=$(cpu_of $(pg_pids)); sim0=$(cpu_of "$sim_pid")

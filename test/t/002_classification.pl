@@ -8,6 +8,8 @@ use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IO::Socket::INET;
+use POSIX ();
 
 my $node = new_node('classification');
 my $sim = start_sim('--retry-after', '1');
@@ -142,5 +144,58 @@ ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $flaky"),
 is(job_row($node, $flaky), 'sent accepted 2 200', 'the second try was accepted');
 is(ledger_key($sim, 'alo_flaky:7:order-1'), '2 1 1',
 	'both attempts carried the same key and the same body bytes');
+
+# --- the provider dies with the request on a kept-alive connection ---
+# A one-connection server: answers the first request, stops listening, reads
+# the second and closes without an answer (as a gateway killed mid-call).
+# libcurl re-sends the second request on a fresh connection, which is
+# refused: that is no proof the request never arrived (it did), so the
+# call is 'unknown', not 'unreached'.
+my $die_port = PostgreSQL::Test::Cluster::get_free_port();
+my $got_file = PostgreSQL::Test::Utils::tempdir() . '/second_request';
+my $listener = IO::Socket::INET->new(
+	LocalAddr => '127.0.0.1',
+	LocalPort => $die_port,
+	Proto => 'tcp',
+	Listen => 5,
+	ReuseAddr => 1) or die "listen on $die_port: $!";
+my $die_pid = fork();
+die "fork: $!" unless defined $die_pid;
+if ($die_pid == 0)
+{
+	my $c = $listener->accept;
+	# one request: the head, then Content-Length bytes of body
+	my $read_request = sub {
+		my $buf = '';
+		while ($buf !~ /\r\n\r\n/) { sysread($c, $buf, 4096, length $buf) or return undef; }
+		my ($head, $body) = split /\r\n\r\n/, $buf, 2;
+		my ($len) = $head =~ /^Content-Length:\s*(\d+)/mi;
+		while (length($body) < ($len // 0)) { sysread($c, $body, 4096, length $body) or last; }
+		return $head;
+	};
+	$read_request->();
+	syswrite($c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+	close $listener;
+	my $second = $read_request->();
+	if (open(my $f, '>', $got_file)) { print $f $second // ''; close $f; }
+	close $c;
+	POSIX::_exit(0);
+}
+close $listener;
+set_provider($node, 'p_dies', "http://127.0.0.1:$die_port/send", idempotency_header => q('Idempotency-Key'));
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider, lane)
+	VALUES ('alo_dies', 'at_least_once', 1, 'p_dies', 'dies')});
+my $first = $node->safe_psql('postgres', q{SELECT notif_enqueue(7, 'alo_dies', 'first', '{"text":"x"}')});
+ok(wait_until($node, "SELECT status = 'sent' AND claimed_by IS NULL FROM notif_job WHERE id = $first"),
+	'provider dies mid-call: the first job went out and kept its connection');
+my $second = $node->safe_psql('postgres', q{SELECT notif_enqueue(7, 'alo_dies', 'second', '{"text":"x"}')});
+ok(wait_until($node, "SELECT status <> 'queued' AND claimed_by IS NULL FROM notif_job WHERE id = $second"),
+	'provider dies mid-call: the second job finished');
+waitpid($die_pid, 0);
+like(slurp_file($got_file), qr/^Idempotency-Key: alo_dies:7:second/mi,
+	'provider dies mid-call: the second request reached it on the kept-alive connection');
+is(job_row($node, $second), 'failed unknown 1 -',
+	'provider dies mid-call, re-send refused: unknown (it may have acted), not unreached');
 
 done_testing();

@@ -94,6 +94,23 @@ ok(wait_until($node, "SELECT status = 'sent' AND claimed_by IS NULL FROM notif_j
 	'at_least_once: the interrupted job was sent after the restart');
 is(job_row($node, $alo3), 'sent accepted 2 200', 'at_least_once: the interrupted call counted as a try');
 
+# --- synchronous_commit = off: the at_most_once claim is still durable ---
+# The WAL writer flushes asynchronous commits only every 10 s here: a claim
+# committed asynchronously would be lost by an immediate restart, and the
+# job claimed and sent again.
+$node->append_conf('postgresql.conf', "synchronous_commit = off\nwal_writer_delay = '10s'\n");
+$node->reload;
+my $amo4 = $node->safe_psql('postgres',
+	q{SET synchronous_commit = on; SELECT notif_enqueue(4, 'amo', 'async', '{"text":"sale"}')});
+ok(in_flight('amo:4:async'), 'under synchronous_commit = off, an at_most_once call in flight');
+$node->stop('immediate');
+$node->start;
+ok(wait_until($node, "SELECT claimed_by IS NULL FROM notif_job WHERE id = $amo4"),
+	'at_most_once: its claim survived the immediate restart, and was recovered');
+sleep(2);
+is(job_row($node, $amo4), 'sent unknown 1 -', 'at_most_once under asynchronous commit: never attempted again');
+is(ledger_key($sim, 'amo:4:async'), '1 0 1', 'the provider got it once');
+
 is($node->safe_psql('postgres', q{SELECT count(*) FROM notif_job WHERE status = 'sending'}), '0',
 	'nothing stays sending');
 # no crash loop: the sender logged no error

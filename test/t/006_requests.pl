@@ -8,6 +8,7 @@ use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use MIME::Base64 ();
 
 my $node = new_node('requests');
 my $sim = start_sim();
@@ -33,7 +34,7 @@ ok(wait_until($node, q{SELECT count(*) = 3 FROM notif_job WHERE kind LIKE 'fmt_%
 my %want_headers = (
 	'Authorization' => 'Bearer s3cr3t',
 	'X-Tenant' => 'vn',
-	'User-Agent' => 'notif_deliver/1.0');
+	'User-Agent' => 'notif_deliver/1.1');
 
 sub headers_of
 {
@@ -77,6 +78,34 @@ is($query->{method}, 'GET', 'query: GET');
 is($query->{target}, "/cgi-bin/sendsms?username=u&password=p&$pairs", 'query: the pairs follow the URL\'s parameters');
 is($query->{'body-length'}, '0', 'query: no body');
 is($h->{'Authorization'}, 'Bearer s3cr3t', 'query: static headers too');
+
+# --- the JSON provider of doc/providers.md, as documented ---
+$node->safe_psql('postgres', doc_sql('doc/providers.md', 'json'));
+$node->safe_psql('postgres', qq{UPDATE notif_provider SET url = replace(url, 'https://api.sms.example.com', '$base')
+                                WHERE name = 'sms_api'});
+my $doc_job = $node->safe_psql('postgres', doc_sql('doc/providers.md', 'json-enqueue'));
+ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $doc_job"), 'doc json provider: the example was sent');
+my $doc = last_request($sim, 'otp:812:login-7');
+is("$doc->{method} $doc->{target}", 'POST /v1/messages', 'doc json provider: POST to the URL\'s path');
+my @doc_headers = map { s{^(User-Agent: notif_deliver/)[0-9.]+$}{$1<version>}r }
+  grep { !/^(Host|Content-Length):/ } @{ $doc->{headers} };
+is_deeply(\@doc_headers,
+	[ 'User-Agent: notif_deliver/<version>', 'Content-Type: application/json',
+	  'Accept: application/json', 'Authorization: Bearer sk_live_REPLACE_ME',
+	  'Idempotency-Key: otp:812:login-7' ],
+	'doc json provider: the headers doc/providers.md shows, in that order');
+is($doc->{body}, $node->safe_psql('postgres', "SELECT payload::text FROM notif_job WHERE id = $doc_job"),
+	'doc json provider: the body is the stored payload');
+
+# the Basic authentication variation, with a credential long enough for
+# base64's line breaks
+my $cred = 'AC' . ('0123456789abcdef' x 4) . ':' . ('s3cr3t' x 8);
+(my $basic = doc_sql('doc/providers.md', 'basic-auth')) =~ s/ACCOUNT_ID:SECRET/$cred/ or die;
+$node->safe_psql('postgres', $basic);
+my $basic_job = $node->safe_psql('postgres', q{SELECT notif_enqueue(812, 'otp', 'login-8', '{"to": "+84901234567", "text": "x"}')});
+ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $basic_job"), 'doc basic auth: sent');
+is(headers_of(last_request($sim, 'otp:812:login-8'))->{Authorization}, 'Basic ' . MIME::Base64::encode_base64($cred, ''),
+	'doc basic auth: the Authorization header is Basic base64(id:secret), on one line');
 
 # --- redirects are not followed ---
 set_provider($node, 'moved', "$base/send", headers => q('{"X-Sim-Fault": "302"}'),

@@ -1,0 +1,147 @@
+# test/bench/lib.sh: what the benchmark scripts share.  Source it after
+# setting `set -euo pipefail`; it sources test/lib/cluster.sh.
+#
+#   bench_dir NAME          a fresh work folder (removed at exit), in $BENCH_DIR
+#   bench_scale N           N times $BENCH_SCALE (default 1), rounded, at least 1
+#   result NAME VALUE       print "RESULT NAME VALUE" (what test/bench/run collects)
+#   row TABLE CELLS...      print "ROW TABLE | cell | cell |" (a markdown row)
+#   sim_start NAME PORT ARGS...   start the provider simulator, wait until it answers
+#   sim_get PORT PATH       GET a control endpoint of a simulator; prints the body
+#   cpu_ticks PID...        CPU time (user + system) of processes, in clock ticks
+#   cpu_ns PID...           CPU time of processes in nanoseconds (/proc/PID/schedstat)
+#   pm_children             pid and title of every process of the cluster
+#   sender_pids             pids of the cluster's senders
+#   nd_pids                 pids of the cluster's notif_deliver processes (launcher, senders)
+#   wait_sql SQL [TIMEOUT]  poll until SQL returns t (errors, e.g. during a restart, are retried)
+#   percentile P FILE       the P-th percentile (nearest rank) of a file of numbers
+#
+# Ports: every script takes its PostgreSQL port from BENCH_PORT and its
+# simulators' ports from BENCH_SIM_PORT (and BENCH_SIM_PORT + 1), so that
+# runs on a shared machine do not collide.  Work files go to BENCH_TMP
+# (default /tmp); data files for the charts to BENCH_OUT when it is set.
+
+# a failing command inside $(...) fails the script too
+shopt -s inherit_errexit
+BENCH_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$BENCH_HERE/lib/cluster.sh"
+
+# no NOTICEs (e.g. "truncate cascades to table") in the output
+export PGOPTIONS="${PGOPTIONS:-} -c client_min_messages=warning"
+BENCH_SCALE=${BENCH_SCALE:-1}
+BENCH_PORT=${BENCH_PORT:-56201}
+BENCH_SIM_PORT=${BENCH_SIM_PORT:-56251}
+BENCH_TMP=${BENCH_TMP:-/tmp}
+BENCH_SIM=$BENCH_HERE/sim/provider_sim
+HZ=$(getconf CLK_TCK)
+_bench_sims=()
+
+bench_cleanup() {
+	local pid
+	for pid in "${_bench_sims[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	cluster_stop
+	[ -n "${BENCH_DIR:-}" ] && rm -rf "$BENCH_DIR"
+	return 0
+}
+
+bench_dir() {
+	BENCH_DIR=$(mktemp -d "$BENCH_TMP/notif_$1.XXXXXX")
+	chmod 755 "$BENCH_DIR"
+	trap bench_cleanup EXIT
+	trap 'echo "interrupted" >&2; exit 130' INT TERM
+	[ -x "$BENCH_SIM" ] || { echo "$BENCH_SIM is not built (make -C test/sim)" >&2; exit 2; }
+	[ -n "${BENCH_OUT:-}" ] && mkdir -p "$BENCH_OUT"
+	return 0
+}
+
+bench_scale() {
+	awk -v n="$1" -v s="$BENCH_SCALE" 'BEGIN { v = int(n * s + 0.5); print (v < 1 ? 1 : v) }'
+}
+
+result() {
+	echo "RESULT $1 $2"
+}
+
+row() {
+	local table=$1 line="ROW $1 |"
+	shift
+	for cell in "$@"; do line+=" $cell |"; done
+	echo "$line"
+}
+
+sim_get() {
+	local port=$1 path=$2
+	exec 7<>"/dev/tcp/127.0.0.1/$port"
+	printf 'GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' "$path" >&7
+	sed '1,/^\r$/d' <&7
+	exec 7<&-
+}
+
+sim_start() {
+	local name=$1 port=$2 i
+	shift 2
+	"$BENCH_SIM" --port "$port" "$@" >"$BENCH_DIR/sim_$name.log" 2>&1 &
+	_bench_sims+=($!)
+	for i in $(seq 1 100); do
+		if sim_get "$port" /health 2>/dev/null | grep -q ok; then return 0; fi
+		sleep 0.05
+	done
+	echo "provider_sim $name did not start on port $port" >&2
+	cat "$BENCH_DIR/sim_$name.log" >&2
+	return 1
+}
+
+cpu_ticks() {
+	local total=0 pid v
+	for pid in "$@"; do
+		v=$(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null) || continue
+		total=$((total + v))
+	done
+	echo "$total"
+}
+
+cpu_ns() {
+	local pid
+	for pid in "$@"; do
+		awk '{ print $1 }' "/proc/$pid/schedstat" 2>/dev/null || true
+	done | awk '{ t += $1 } END { printf "%d\n", t }'
+}
+
+pm_pid() {
+	head -1 "$CLUSTER_DIR/data/postmaster.pid" 2>/dev/null
+}
+
+pm_children() {
+	local pm
+	pm=$(pm_pid) || return 0
+	[ -n "$pm" ] || return 0
+	ps -o pid=,args= --ppid "$pm" 2>/dev/null || true
+}
+
+sender_pids() {
+	pm_children | awk '/notif_deliver sender/ { print $1 }'
+}
+
+nd_pids() {
+	pm_children | awk '/notif_deliver (sender|launcher)/ { print $1 }'
+}
+
+wait_sql() {
+	local sql=$1 timeout=${2:-600} start=$SECONDS out
+	while :; do
+		out=$(cluster_psql -At -c "$sql" 2>/dev/null) || out=
+		[ "$out" = t ] && return 0
+		if [ $((SECONDS - start)) -ge "$timeout" ]; then
+			echo "timed out after ${timeout}s waiting for: $sql" >&2
+			return 1
+		fi
+		sleep 0.2
+	done
+}
+
+percentile() {
+	sort -n "$2" | awk -v p="$1" '{ a[NR] = $1 } END {
+		if (NR == 0) { print "nan"; exit }
+		i = int(p / 100 * NR + 0.999999); if (i < 1) i = 1; if (i > NR) i = NR; print a[i] }'
+}
