@@ -20,7 +20,7 @@
 # in-run limit, next to the sender's rate, is dispatch.sh's
 # claim_limit_jobs_per_s):
 #
-#   bash test/bench/claim_limit.sh [JOBS]          (default 200000)
+#   bash test/bench/claim_limit.sh [JOBS]          (default 200000 x BENCH_SCALE)
 #
 # Environment: CLAIM_CLIENTS [1] pgbench clients (more only contend for
 # the same index pages: 2 and 4 were slower on 2 cores); CLAIM_BATCH [100];
@@ -71,7 +71,7 @@ if [ "${1:-}" = --attached ]; then
 	exit 0
 fi
 
-JOBS=${1:-200000}
+JOBS=${1:-$(bench_scale 200000)}
 ROUNDS=${CLAIM_ROUNDS:-3}
 bench_dir claim_limit
 cluster_start "$BENCH_DIR/pg" "$BENCH_PORT" "notif_deliver.database = 'postgres'" \
