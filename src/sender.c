@@ -499,6 +499,20 @@ report_state(TimestampTz now)
 	}
 }
 
+/*
+ * Let libcurl work, then take the calls it finished.  Always both: a call
+ * that ends inside the drive (a fast provider answers while the batch is
+ * still being sent) must be seen before the next wait, which knows nothing
+ * of libcurl's finished calls and would otherwise sleep on sockets that
+ * have nothing more to say.
+ */
+static void
+drive_calls(bool sockets_ready)
+{
+	notif_http_drive(sockets_ready);
+	collect_finished();
+}
+
 static void
 discard_claimed(void)
 {
@@ -592,7 +606,7 @@ sender_round(bool want_claim)
 		free_call(dlist_container(NotifCall, node, dlist_pop_head_node(&finished)));
 
 	start_claimed();
-	notif_http_drive(false);
+	drive_calls(false);
 	n_errors = 0;
 	if (last_error)
 	{
@@ -797,8 +811,7 @@ notif_sender_main(Datum arg)
 		if (pg_atomic_read_u64(&notif_shared->config_generation) != config_generation)
 			config_stale = true;
 
-		notif_http_drive(sockets_ready);
-		collect_finished();
+		drive_calls(sockets_ready);
 
 		now = GetCurrentTimestamp();
 		if (now < backoff_until)

@@ -1,73 +1,142 @@
 #!/usr/bin/env bash
-# test/bench/dispatch.sh: how fast a lane drains a backlog of queued
+# test/bench/dispatch.sh: how fast one lane drains a backlog of queued
 # at_least_once jobs against the provider simulator, at 0 ms and at 50 ms
-# provider latency, side by side in one run; with the CPU time PostgreSQL
-# (all its processes) and the simulator spent per 1,000 jobs.
+# provider latency, and the database's own limit for the same jobs
+# (test/bench/claim_limit.sh: pgbench claiming batches of 100 with FOR
+# UPDATE SKIP LOCKED and marking them done, no HTTP), side by side in one
+# cluster.  Each round drains at 0 ms, measures the limit, drains at 50 ms;
+# the medians over the rounds are the results.  CPU seconds per 1,000 jobs
+# for PostgreSQL (all its processes, the sender included), for the sender
+# alone, and for the simulator.
 #
 #   bash test/bench/dispatch.sh [JOBS] [INFLIGHT]     (defaults 200000 512)
 #
-# Needs the extension installed (make install) and the simulator built
-# (make -C test/sim).  Starts and removes its own cluster and simulator.
+# Environment: DISPATCH_ROUNDS [3]; DISPATCH_BATCH [the default of
+# notif_deliver.batch_size: 100 and 200 drain alike, 500 is slower];
+# CLAIM_CLIENTS (see claim_limit.sh);
+# BENCH_PORT, BENCH_SIM_PORT (see test/bench/lib.sh).  Needs the extension
+# installed (make install) and the simulator built (make -C test/sim).
+# Prints a table, then the medians as lines "RESULT name value":
+#   dispatch_0ms_jobs_per_s  dispatch_0ms_pg_cpu_per_1k  dispatch_0ms_sender_cpu_per_1k
+#   dispatch_0ms_sim_cpu_per_1k   (and the same four for 50ms)
+#   claim_limit_jobs_per_s  claim_limit_pg_cpu_per_1k
+#   dispatch_fraction_of_limit    (0 ms rate / limit, per round, median)
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 JOBS=${1:-200000}
 INFLIGHT=${2:-512}
-here=$(cd "$(dirname "$0")/.." && pwd)
-. "$here/lib/cluster.sh"
-dir=$(mktemp -d /tmp/notif_dispatch.XXXXXX)
-chmod 755 "$dir"
-SIM_PORT=18091
-"$here/sim/provider_sim" --port "$SIM_PORT" --hold-ms 5000 >"$dir/sim.log" 2>&1 &
-sim_pid=$!
-trap 'kill $sim_pid 2>/dev/null; cluster_stop; rm -rf "$dir"' EXIT
-cluster_start "$dir" 55434 "notif_deliver.database = 'postgres'" \
-	"notif_deliver.max_inflight = $INFLIGHT" "notif_deliver.batch_size = 200" \
-	"max_wal_size = '4GB'" "checkpoint_timeout = '30min'" "synchronous_commit = off"
+ROUNDS=${DISPATCH_ROUNDS:-3}
+BATCH=${DISPATCH_BATCH:-}
+SIM=$BENCH_SIM_PORT
 
+bench_dir dispatch
+sim_start main "$SIM" --hold-ms 5000
+cluster_start "$BENCH_DIR/pg" "$BENCH_PORT" "notif_deliver.database = 'postgres'" \
+	"notif_deliver.max_inflight = $INFLIGHT" ${BATCH:+"notif_deliver.batch_size = $BATCH"} \
+	"max_wal_size = '4GB'" "checkpoint_timeout = '30min'" "synchronous_commit = off"
+BATCH=$(cluster_psql -At -c "SHOW notif_deliver.batch_size")
 cluster_psql <<SQL
 CREATE EXTENSION notif_deliver;
-UPDATE notif_provider SET url = 'http://127.0.0.1:$SIM_PORT/send', idempotency_header = 'Idempotency-Key',
+UPDATE notif_provider SET url = 'http://127.0.0.1:$SIM/send', idempotency_header = 'Idempotency-Key',
        timeout = '5 seconds', max_inflight = $INFLIGHT WHERE name = 'default';
 INSERT INTO notif_type (code, delivery, max_tries, lane, paused)
 VALUES ('bench', 'at_least_once', 3, 'bench', true);
 SQL
+sim_pid=${_bench_sims[0]}
 
-sim_get() {
-	exec 3<>"/dev/tcp/127.0.0.1/$SIM_PORT"
-	printf 'GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' "$1" >&3
-	cat <&3 >/dev/null
-	exec 3<&-
-}
-
-# CPU seconds (user + system) of a set of processes
-cpu_of() {
-	local total=0 pid
-	for pid in "$@"; do
-		[ -r "/proc/$pid/stat" ] || continue
-		total=$((total + $(awk '{ print $14 + $15 }' "/proc/$pid/stat")))
-	done
-	echo "$total"
-}
-pg_pids() { pgrep -u postgres -f "postgres" | tr '\n' ' '; }
-
-echo "dispatch of $JOBS at_least_once jobs, $INFLIGHT in flight, $(nproc) cores, $(pg_config --version)"
-printf '%-10s %10s %12s %16s %16s\n' latency seconds jobs_per_s pg_cpu_s_per_1k sim_cpu_s_per_1k
-hz=$(getconf CLK_TCK)
-for latency in 0 50; do
-	sim_get "/config?latency_ms=$latency"
-	sim_get "/reset"
+# a fresh backlog of JOBS queued jobs of the paused type
+load_jobs() {
 	cluster_psql -c "TRUNCATE notif_job, notif_attempt CASCADE" \
 		-c "SELECT count(notif_enqueue(g, 'bench', 'o', '{\"to\":\"+84900000000\",\"text\":\"hello\"}')) FROM generate_series(1, $JOBS) g" \
-		-c "CHECKPOINT" >/dev/null
-	pg0=$(cpu_of $(pg_pids)); sim0=$(cpu_of "$sim_pid")
+		-c "ANALYZE notif_job" -c "CHECKPOINT" >/dev/null
+}
+
+# nothing queued and nothing held (both answered by partial indexes: the
+# poll must not cost the cluster what it measures)
+drained="SELECT NOT EXISTS (SELECT 1 FROM notif_job WHERE kind = 'bench' AND status = 'queued')
+            AND NOT EXISTS (SELECT 1 FROM notif_job WHERE claimed_by IS NOT NULL)"
+
+rows=()
+row_of() {	# what seconds jobs pg_ticks sender_ticks sim_ticks
+	awk -v w="$1" -v s="$2" -v n="$3" -v pg="$4" -v snd="$5" -v sim="$6" -v hz="$HZ" 'BEGIN {
+		printf "%s %.3f %.0f %.4f %.4f %.4f\n", w, s, n / s, pg / hz / n * 1000,
+			snd / hz / n * 1000, sim / hz / n * 1000 }'
+}
+
+# drain the backlog at a provider latency; appends a row
+drain() {
+	local latency=$1 pg0 sim0 t0 t1 pg1 sim1 snd sent
+	sim_get "$SIM" "/config?latency_ms=$latency" >/dev/null
+	sim_get "$SIM" /reset >/dev/null
+	load_jobs
+	pg0=$(cluster_cpu_ticks)
+	sim0=$(cpu_ticks "$sim_pid")
 	t0=$(date +%s.%N)
 	cluster_psql -c "UPDATE notif_type SET paused = false WHERE code = 'bench'" >/dev/null
-	until [ "$(cluster_psql -At -c "SELECT count(*) FROM notif_job WHERE status = 'sent'")" -ge "$JOBS" ]; do
-		sleep 0.2
+	until [ "$(cluster_psql -At -c "$drained")" = t ]; do
+		sleep 0.1
 	done
 	t1=$(date +%s.%N)
-	pg1=$(cpu_of $(pg_pids)); sim1=$(cpu_of "$sim_pid")
+	pg1=$(cluster_cpu_ticks)
+	sim1=$(cpu_ticks "$sim_pid")
+	snd=$(cpu_ticks $(sender_pids))
 	cluster_psql -c "UPDATE notif_type SET paused = true WHERE code = 'bench'" >/dev/null
-	awk -v l="$latency" -v t0="$t0" -v t1="$t1" -v n="$JOBS" -v pg=$((pg1 - pg0)) -v sim=$((sim1 - sim0)) -v hz="$hz" \
-		'BEGIN { s = t1 - t0; printf "%-10s %10.2f %12.0f %16.3f %16.3f\n", l " ms", s, n / s, pg / hz / n * 1000, sim / hz / n * 1000 }'
-	sleep 1
+	sent=$(cluster_psql -At -c "SELECT count(*) FROM notif_job WHERE status = 'sent'")
+	if [ "$sent" != "$JOBS" ]; then
+		echo "dispatch at $latency ms: $sent of $JOBS jobs sent" >&2
+		cluster_psql -c "SELECT status, count(*) FROM notif_job GROUP BY 1" >&2
+		exit 1
+	fi
+	# wait for the sender to stop, so that the next measurement starts alone
+	wait_sql "SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'notif_deliver sender'" 30
+	row_of "${latency}ms" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$JOBS" \
+		$((pg1 - pg0)) "$snd" $((sim1 - sim0))
+}
+
+# the database's limit on the same backlog (claim_limit.sh); prints a row
+limit() {
+	local pg0 pg1 n secs
+	load_jobs
+	pg0=$(cluster_cpu_ticks)
+	read -r n secs <<<"$(bash "$(dirname "$0")/claim_limit.sh" --attached bench)"
+	pg1=$(cluster_cpu_ticks)
+	row_of limit "$secs" "$n" $((pg1 - pg0)) 0 0
+}
+
+echo "dispatch of $JOBS at_least_once jobs, $INFLIGHT in flight, batch_size $BATCH, $ROUNDS rounds;"
+echo "limit: pgbench claiming and completing them in batches of 100, no HTTP;"
+echo "$(nproc) cores, $(pg_config --version)"
+printf '%-6s %-7s %9s %11s %12s %12s %12s %9s\n' round what seconds jobs_per_s pg_cpu_1k sender_cpu_1k sim_cpu_1k fraction
+for round in $(seq 1 "$ROUNDS"); do
+	r0=$(drain 0)
+	rl=$(limit)
+	r50=$(drain 50)
+	f=$(awk -v a="$(cut -d' ' -f3 <<<"$r0")" -v b="$(cut -d' ' -f3 <<<"$rl")" 'BEGIN { printf "%.3f", a / b }')
+	for r in "$r0" "$rl" "$r50"; do
+		read -r w s n pg snd sim <<<"$r"
+		printf '%-6s %-7s %9.2f %11s %12.3f %12.3f %12.3f %9s\n' "$round" "$w" "$s" "$n" "$pg" "$snd" "$sim" \
+			"$([ "$w" = 0ms ] && echo "$f" || echo)"
+		rows+=("$r")
+	done
+	rows+=("fraction 0 $f 0 0 0")
 done
+
+# the median of one column (3: jobs/s, 4: pg, 5: sender, 6: sim) of one kind of row
+median() {
+	printf '%s\n' "${rows[@]}" | awk -v w="$1" -v c="$2" '$1 == w { print $c }' | sort -g |
+		awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'
+}
+printf '%-6s %-7s %9s %11s %12.3f %12.3f %12.3f %9s\n' median 0ms "" "$(median 0ms 3)" "$(median 0ms 4)" \
+	"$(median 0ms 5)" "$(median 0ms 6)" "$(median fraction 3)"
+printf '%-6s %-7s %9s %11s %12.3f\n' median limit "" "$(median limit 3)" "$(median limit 4)"
+printf '%-6s %-7s %9s %11s %12.3f %12.3f %12.3f\n' median 50ms "" "$(median 50ms 3)" "$(median 50ms 4)" \
+	"$(median 50ms 5)" "$(median 50ms 6)"
+for l in 0ms 50ms; do
+	result "dispatch_${l}_jobs_per_s" "$(median $l 3)"
+	result "dispatch_${l}_pg_cpu_per_1k" "$(printf '%.3f' "$(median $l 4)")"
+	result "dispatch_${l}_sender_cpu_per_1k" "$(printf '%.3f' "$(median $l 5)")"
+	result "dispatch_${l}_sim_cpu_per_1k" "$(printf '%.3f' "$(median $l 6)")"
+done
+result claim_limit_jobs_per_s "$(median limit 3)"
+result claim_limit_pg_cpu_per_1k "$(printf '%.3f' "$(median limit 4)")"
+result dispatch_fraction_of_limit "$(median fraction 3)"

@@ -10,6 +10,8 @@
 #   cpu_ticks PID...        CPU time (user + system) of processes, in clock ticks
 #   cpu_ns PID...           CPU time of processes in nanoseconds (/proc/PID/schedstat)
 #   pm_children             pid and title of every process of the cluster
+#   cluster_cpu_ticks       CPU time the whole cluster has used so far, in clock ticks:
+#                           the postmaster, its live processes and those that exited
 #   sender_pids             pids of the cluster's senders
 #   nd_pids                 pids of the cluster's notif_deliver processes (launcher, senders)
 #   wait_sql SQL [TIMEOUT]  poll until SQL returns t (errors, e.g. during a restart, are retried)
@@ -117,6 +119,18 @@ pm_children() {
 	pm=$(pm_pid) || return 0
 	[ -n "$pm" ] || return 0
 	ps -o pid=,args= --ppid "$pm" 2>/dev/null || true
+}
+
+cluster_cpu_ticks() {
+	local pm p
+	pm=$(pm_pid)
+	{
+		# utime stime cutime cstime: the exited (reaped) processes count too
+		awk '{ print $14 + $15 + $16 + $17 }' "/proc/$pm/stat"
+		for p in $(ps -o pid= --ppid "$pm"); do
+			awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || true
+		done
+	} | awk '{ t += $1 } END { printf "%d\n", t }'
 }
 
 sender_pids() {
