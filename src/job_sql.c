@@ -142,6 +142,7 @@ static const char *const sql_purge =
 "        SELECT j.id FROM %s.notif_job j"
 "         WHERE j.kind = t.code AND j.status IN ('sent', 'failed', 'expired')"
 "           AND j.next_at < now() - t.retention AND j.claimed_by IS NULL"
+"         ORDER BY j.next_at"		/* keeps the plan on notif_job_finished_idx */
 "         LIMIT $1) j"
 "     LIMIT $1),"
 " gone AS (DELETE FROM %s.notif_job j USING doomed d WHERE j.id = d.id RETURNING j.id),"

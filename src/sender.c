@@ -81,6 +81,10 @@ static TimestampTz backoff_until = 0;	/* after an error */
 static int	n_errors = 0;
 static char *last_error = NULL;
 static bool activity_stale = true;	/* pg_stat_activity needs a new report */
+static TimestampTz idle_since = 0;	/* nothing in flight since; 0: busy */
+static bool trim_pending = false;	/* sent since the last heap trim */
+
+#define TRIM_AFTER_IDLE_MS 1000
 
 /*
  * At exit, however it happens: give back the provider slots this process
@@ -446,7 +450,6 @@ report_state(TimestampTz now)
 {
 	static NotifWorkerState reported = WORKER_STARTING;
 	static TimestampTz reported_at = 0;
-	static TimestampTz trimmed_at = 0;
 	int			inflight = notif_http_inflight();
 	NotifWorkerState state;
 	char		activity[128];
@@ -459,22 +462,28 @@ report_state(TimestampTz now)
 		state = WORKER_IDLE;
 	pg_atomic_write_u32(&slot->state, state);
 
-#ifdef __GLIBC__
-
 	/*
-	 * Idle after sending: free the libcurl handles kept for reuse, and give
-	 * the memory that calls freed back to the system (glibc keeps it,
-	 * fragmented, and a sender's resident size would drift up after
-	 * bursts).  At most every 10 s.
+	 * Idle for a second after sending: free the libcurl handles kept for
+	 * reuse, and give the memory that calls freed back to the system (glibc
+	 * keeps it, fragmented, and a sender's resident size would drift up
+	 * after bursts).  Once per idle spell; wait_timeout_ms() wakes us.
 	 */
-	if (state == WORKER_IDLE && reported == WORKER_SENDING &&
-		TimestampDifferenceExceeds(trimmed_at, now, 10000))
+	if (state != WORKER_IDLE)
+	{
+		idle_since = 0;
+		if (state == WORKER_SENDING)
+			trim_pending = true;
+	}
+	else if (idle_since == 0)
+		idle_since = now;
+	else if (trim_pending && TimestampDifferenceExceeds(idle_since, now, TRIM_AFTER_IDLE_MS))
 	{
 		notif_http_release_idle();
+#ifdef __GLIBC__
 		malloc_trim(0);
-		trimmed_at = now;
-	}
 #endif
+		trim_pending = false;
+	}
 
 	if (!activity_stale && state == reported &&
 		(state != WORKER_SENDING || !TimestampDifferenceExceeds(reported_at, now, 1000)))
@@ -683,6 +692,13 @@ wait_timeout_ms(TimestampTz now, bool room)
 		return 0;
 	else if (room)
 		wake = claim_at;
+	if (trim_pending && idle_since != 0)
+	{
+		TimestampTz trim_at = TimestampTzPlusMilliseconds(idle_since, TRIM_AFTER_IDLE_MS);
+
+		if (wake == 0 || trim_at < wake)
+			wake = trim_at;
+	}
 	if (wake != 0)
 	{
 		long		ms = (wake <= now) ? 0 : (long) ((wake - now + 999) / 1000);

@@ -50,7 +50,12 @@ echo "scale: $(nproc) cores, $(free -g | awk '/^Mem:/ { print $2 }') GB, $(pg_co
 
 # --- 1. a sender's memory after RSS_SMALL and after RSS_JOBS jobs ---
 wait_sql "SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'notif_deliver sender bench'" 30
+# Read once the sender has been idle for 2 s: a sender idle for 1 s after
+# sending frees its spare libcurl handles and trims its heap, so this is
+# its resident size between bursts (during a burst it holds up to
+# max_inflight handles and connections, whatever the job count).
 mem_of() {	# pid -> "RssAnon_kB VmRSS_kB"
+	sleep 2
 	awk '/^RssAnon:/ { a = $2 } /^VmRSS:/ { r = $2 } END { print a, r }' "/proc/$1/status"
 }
 pid0=$(sender_pids)
