@@ -16,12 +16,7 @@ ROUNDS=${2:-3}
 bench_dir enqueue_bulk
 cluster_start "$BENCH_DIR/pg" "$BENCH_PORT" "max_wal_size = '4GB'" "checkpoint_timeout = '30min'"
 
-cluster_psql <<'SQL'
-CREATE EXTENSION notif_deliver;
-INSERT INTO notif_type VALUES ('promo', 'at_most_once', 1, '1 day');
-CREATE TABLE plain_job (LIKE notif_job INCLUDING ALL);
-ALTER TABLE plain_job ADD FOREIGN KEY (kind) REFERENCES notif_type ON UPDATE CASCADE;
-SQL
+plain_job_setup
 
 # one timed statement; prints milliseconds
 timed() {

@@ -19,12 +19,7 @@ CLIENTS=${ENQ_CLIENTS:-8}
 bench_dir enqueue_single
 cluster_start "$BENCH_DIR/pg" "$BENCH_PORT" "notif_deliver.database = 'postgres'" \
 	"max_wal_size = '4GB'" "checkpoint_timeout = '30min'" "max_connections = 50"
-cluster_psql <<'SQL'
-CREATE EXTENSION notif_deliver;
-INSERT INTO notif_type VALUES ('promo', 'at_most_once', 1, '1 day');
-CREATE TABLE plain_job (LIKE notif_job INCLUDING ALL);
-ALTER TABLE plain_job ADD FOREIGN KEY (kind) REFERENCES notif_type ON UPDATE CASCADE;
-SQL
+plain_job_setup
 
 cat >"$BENCH_DIR/plain.sql" <<'SQL'
 \set u random(1, 1000000000000)

@@ -159,3 +159,15 @@ percentile() {
 		if (NR == 0) { print "nan"; exit }
 		i = int(p / 100 * NR + 0.999999); if (i < 1) i = 1; if (i > NR) i = NR; print a[i] }'
 }
+
+# The extension with one type, and plain_job: a table of notif_job's shape
+# (same columns, CHECKs, indexes and foreign key), for the enqueue
+# benchmarks to compare a plain INSERT ... ON CONFLICT with.
+plain_job_setup() {
+	cluster_psql <<'SQL'
+CREATE EXTENSION notif_deliver;
+INSERT INTO notif_type VALUES ('promo', 'at_most_once', 1, '1 day');
+CREATE TABLE plain_job (LIKE notif_job INCLUDING ALL);
+ALTER TABLE plain_job ADD FOREIGN KEY (kind) REFERENCES notif_type ON UPDATE CASCADE;
+SQL
+}
