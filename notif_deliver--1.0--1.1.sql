@@ -292,17 +292,16 @@ costs AS (
     SELECT m.*,
            round(coalesce(e.lost, 0)::numeric, 1) AS estimated_lost,
            round(coalesce(e.duplicates, 0)::numeric, 1) AS estimated_duplicates,
-           -- per message: at_most_once loses p(1-q); at_least_once with k
+           -- per message: at_most_once loses p(1-q); at_least_once with k = alo_tries
            -- attempts loses (p(1-q))^k and sends E[deliveries] - P(any)
            -- extra copies, E[deliveries] = (1-p+pq)(1 + p + ... + p^(k-1))
            m.p * (1 - m.q) AS amo_lost,
-           power(m.p * (1 - m.q), x.k) AS alo_lost,
+           power(m.p * (1 - m.q), m.alo_tries) AS alo_lost,
            (1 - m.p + m.p * m.q)
-               * CASE WHEN m.p < 1 THEN (1 - power(m.p, x.k)) / (1 - m.p) ELSE x.k END
-               - (1 - power(m.p * (1 - m.q), x.k)) AS alo_dup
+               * CASE WHEN m.p < 1 THEN (1 - power(m.p, m.alo_tries)) / (1 - m.p) ELSE m.alo_tries END
+               - (1 - power(m.p * (1 - m.q), m.alo_tries)) AS alo_dup
       FROM measured m
       LEFT JOIN estimated e ON e.kind = m.kind
-     CROSS JOIN LATERAL (SELECT m.alo_tries AS k) x
 ),
 priced AS (
     SELECT c.*,

@@ -23,9 +23,11 @@ int			notif_poll_interval_ms = 10000;
 int			notif_max_lanes = 16;
 int			notif_purge_interval_ms = 60000;
 int			notif_purge_batch_size = 10000;
-int			notif_stats_window_s = 24 * 3600;
-int			notif_stats_dlr_grace_s = 600;
-int			notif_stats_min_sample = 100;
+
+/* read only by the notif_stats view (current_setting), never in C */
+static int	notif_stats_window_s = 24 * 3600;
+static int	notif_stats_dlr_grace_s = 600;
+static int	notif_stats_min_sample = 100;
 
 void
 notif_define_gucs(void)
@@ -58,7 +60,7 @@ notif_define_gucs(void)
 							"Most provider calls in flight at once, per lane.",
 							NULL,
 							&notif_max_inflight,
-							256, 1, 10000,
+							256, 1, NOTIF_MAX_INFLIGHT_LIMIT,
 							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 

@@ -43,8 +43,7 @@ static dlist_head done_calls = DLIST_STATIC_INIT(done_calls);
  * instead of allocating and freeing one (with its buffers) per call, which
  * let its memory drift up with malloc fragmentation.
  */
-#define MAX_IDLE_HANDLES 10000	/* the most notif_deliver.max_inflight allows */
-static CURL *idle_handles[MAX_IDLE_HANDLES];
+static CURL *idle_handles[NOTIF_MAX_INFLIGHT_LIMIT];
 static int	n_idle = 0;
 
 static CURL *
@@ -66,7 +65,7 @@ notif_http_release_idle(void)
 static void
 put_handle(CURL *easy)
 {
-	if (n_idle < Min(notif_max_inflight, MAX_IDLE_HANDLES))
+	if (n_idle < notif_max_inflight)
 	{
 		curl_easy_reset(easy);
 		idle_handles[n_idle++] = easy;

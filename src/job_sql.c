@@ -185,8 +185,7 @@ static PlanDef plans[N_PLANS] = {
 	[PLAN_MAX_HOLDER] = {&sql_max_holder, 0, {0}},
 };
 
-static Oid	plans_extension = InvalidOid;
-static char *plans_version = NULL;
+static Oid	plans_extension = InvalidOid;	/* prepared at this library's version */
 
 /* the version of the extension installed, when it is not the one we need */
 char	   *notif_sql_wrong_version = NULL;
@@ -221,8 +220,8 @@ notif_sql_prepare(void)
 		plans_extension = InvalidOid;
 		return false;
 	}
-	if (ext == plans_extension && plans_version && strcmp(plans_version, version) == 0)
-		return true;
+	if (ext == plans_extension)
+		return true;			/* an update would have failed the check above */
 
 	for (i = 0; i < N_PLANS; i++)
 	{
@@ -240,9 +239,6 @@ notif_sql_prepare(void)
 		plans[i].plan = p;
 	}
 	plans_extension = ext;
-	if (plans_version)
-		pfree(plans_version);
-	plans_version = MemoryContextStrdup(TopMemoryContext, version);
 	return true;
 }
 

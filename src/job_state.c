@@ -168,20 +168,35 @@ notif_backoff_ms(const NotifRetryPolicy *policy, int tries)
 	return d / 2 + (int64) pg_prng_uint64_range(&pg_global_prng_state, 0, d - d / 2);
 }
 
+static const TransitionRow *
+transition_row(NotifDelivery delivery, NotifOutcome outcome)
+{
+	int			i;
+
+	for (i = 0; i < (int) lengthof(transitions); i++)
+		if (transitions[i].delivery == delivery && transitions[i].outcome == outcome)
+			return &transitions[i];
+	Assert(false);
+	return NULL;
+}
+
+/* Does a call that ended so leave its job 'sent', with no retry to consider? */
+bool
+notif_ends_sent(NotifDelivery delivery, NotifOutcome outcome)
+{
+	const TransitionRow *row = transition_row(delivery, outcome);
+
+	return row->done != NULL && strcmp(row->done, "sent") == 0;
+}
+
 NotifTransition
 notif_next_state(NotifDelivery delivery, NotifOutcome outcome, int tries,
 				 const NotifRetryPolicy *policy, TimestampTz now,
 				 TimestampTz deadline_at, int64 retry_after_ms)
 {
 	NotifTransition t = {0};
-	const TransitionRow *row = NULL;
-	int			i;
+	const TransitionRow *row = transition_row(delivery, outcome);
 	int64		delay_ms;
-
-	for (i = 0; i < (int) lengthof(transitions); i++)
-		if (transitions[i].delivery == delivery && transitions[i].outcome == outcome)
-			row = &transitions[i];
-	Assert(row != NULL);
 
 	t.tries_delta = (outcome == OUTCOME_NOT_STARTED) ? -1 : 0;
 	if (!row->retry)

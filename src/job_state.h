@@ -49,6 +49,7 @@ extern const char *notif_outcome_name(NotifOutcome outcome);
 extern NotifOutcome notif_classify(int curl_code, long http_status,
 								   bool connected, bool request_sent);
 
+extern bool notif_ends_sent(NotifDelivery delivery, NotifOutcome outcome);
 extern NotifTransition notif_next_state(NotifDelivery delivery,
 										NotifOutcome outcome,
 										int tries,

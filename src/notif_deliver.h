@@ -17,6 +17,7 @@
 
 #define NOTIF_EXTENSION_NAME	"notif_deliver"
 #define NOTIF_NAME_MAXLEN		64	/* lane and provider names in shmem */
+#define NOTIF_MAX_INFLIGHT_LIMIT	10000	/* notif_deliver.max_inflight's bound */
 
 /*
  * The extension version whose schema this library's workers need.  Until
@@ -35,9 +36,6 @@ extern int	notif_poll_interval_ms;
 extern int	notif_max_lanes;
 extern int	notif_purge_interval_ms;
 extern int	notif_purge_batch_size;
-extern int	notif_stats_window_s;
-extern int	notif_stats_dlr_grace_s;
-extern int	notif_stats_min_sample;
 
 extern void notif_define_gucs(void);
 
@@ -64,7 +62,7 @@ typedef struct NotifLaneSlot
 	int64		incarnation;	/* its sender's incarnation, 0 if none */
 	pg_atomic_uint32 inflight;	/* calls in flight */
 	pg_atomic_uint64 sent;		/* calls ended, since the slot was assigned */
-	pg_atomic_uint32 state;		/* NotifSenderState */
+	pg_atomic_uint32 state;		/* NotifWorkerState */
 	/* jobs sent, per second of the last minute (written by the sender) */
 	pg_atomic_uint64 sent_second[NOTIF_RATE_SECONDS];	/* which second */
 	pg_atomic_uint32 sent_count[NOTIF_RATE_SECONDS];	/* how many in it */

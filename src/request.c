@@ -11,8 +11,9 @@
  * A provider with a ref_field gets the job's key as one more top-level
  * field (replacing a payload field of that name), so that its delivery
  * reports can name the job.  The bytes depend on the stored payload and the
- * key only, so every attempt of a job sends the same body.  Top-level string values travel as they are; other
- * values as their JSON text; null as an empty value.
+ * key only, so every attempt of a job sends the same body.  Top-level
+ * string values travel as they are; other values as their JSON text; null
+ * as an empty value.
  *
  *-------------------------------------------------------------------------
  */

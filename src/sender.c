@@ -11,8 +11,9 @@
  * (FOR UPDATE SKIP LOCKED, higher type priority first, up to the lane's and
  * the providers' limits).  The round commits, and only then do the claimed
  * calls start: so an at_most_once job is committed 'sent' (durably, even
- * under synchronous_commit = off) before its request leaves, and an at_least_once job is committed 'sending' before, and
- * 'sent' only in a round after its 2xx arrived.  No transaction is open
+ * under synchronous_commit = off) before its request leaves, and an
+ * at_least_once job is committed 'sending' before, and 'sent' only in a
+ * round after its 2xx arrived.  No transaction is open
  * while calls are in flight.
  *
  * The sender sleeps on one WaitEventSet: its latch (set by an enqueue's
@@ -425,9 +426,7 @@ collect_finished(void)
 
 	while ((call = notif_http_next_done()) != NULL)
 	{
-		/* the job ends 'sent' (at_most_once: it was, before the call) */
-		if (call->outcome == OUTCOME_ACCEPTED ||
-			(call->delivery == AT_MOST_ONCE && call->outcome == OUTCOME_UNKNOWN))
+		if (notif_ends_sent(call->delivery, call->outcome))
 			sent++;
 		notif_throttle_release(call->provider_slot, 1, false);
 		if (call->http_status == 429 && call->retry_after_ms > 0)
