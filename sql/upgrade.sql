@@ -1,6 +1,6 @@
--- upgrade: ALTER EXTENSION notif_deliver UPDATE from 1.0 to 1.1 on a
--- database that has jobs: nothing is lost, the new objects work at once,
--- and the result is what CREATE EXTENSION makes.
+-- upgrade: ALTER EXTENSION notif_deliver UPDATE from 1.0 to 1.1, then to
+-- 1.2, on a database that has jobs: nothing is lost, the new objects work
+-- at once, and the result is what CREATE EXTENSION makes.
 
 SELECT current_database() AS regress_db \gset
 CREATE DATABASE notif_upgrade;
@@ -34,6 +34,14 @@ SELECT notif_retry('otp', now() - interval '1 hour') AS redriven;
 SELECT count(*) FILTER (WHERE status = 'queued' AND earlier_tries = 3) AS redriven_jobs FROM notif_job;
 SELECT notif_dlr('otp:1:o1', true) IS NOT NULL AS report_matched;
 SELECT kind, jobs, failed, queued_now, ambiguous_attempts FROM notif_stats;
+
+-- and on to the current version, with the same jobs
+CREATE TEMP TABLE before_second_update AS SELECT * FROM notif_job;
+ALTER EXTENSION notif_deliver UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'notif_deliver';
+SELECT count(*) AS jobs,
+       count(*) FILTER (WHERE (j.*)::text = (b.*)::text) AS unchanged
+  FROM notif_job j JOIN before_second_update b USING (id);
 
 -- the updated schema is the one a fresh install makes: the same columns
 -- in the same order, constraints, indexes, functions and view

@@ -24,7 +24,7 @@
  * ALTER EXTENSION ... UPDATE brings an older installation to it, nothing is
  * sent (enqueueing goes on).
  */
-#define NOTIF_SCHEMA_VERSION	"1.1"
+#define NOTIF_SCHEMA_VERSION	"1.2"
 
 /* guc.c */
 extern int	notif_max_payload_size;

@@ -1,4 +1,4 @@
-# 010_operations.pl: operating it (version 1.1).  The 1.0 -> 1.1 update
+# 010_operations.pl: operating it (version 1.1).  The update from 1.0
 # under a running worker; ref_field carrying the job key to the provider;
 # delivery reports fed from the simulator's ledger giving notif_stats a q
 # close to the simulator's; notif_retry waking its lane; notif_workers and
@@ -14,7 +14,7 @@ use Test::More;
 my $node = new_node('operations');
 my $sim = start_sim();
 
-# --- the update: a 1.1 library waits for ALTER EXTENSION on a 1.0 schema ---
+# --- the update: the library waits for ALTER EXTENSION on a 1.0 schema ---
 my $log_offset = -s $node->logfile;
 $node->safe_psql('postgres', q{
 	DROP EXTENSION notif_deliver;
@@ -23,7 +23,7 @@ set_provider($node, 'default', $sim->{url}, idempotency_header => q('Idempotency
 $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, lane) VALUES ('upd', 'at_least_once', 3, 'upd');
 	SELECT count(notif_enqueue(g, 'upd', 'u' || g)) FROM generate_series(1, 50) g});
-ok($node->wait_for_log(qr/is version 1\.0, this library needs 1\.1/, $log_offset),
+ok($node->wait_for_log(qr/is version 1\.0, this library needs 1\.2/, $log_offset),
 	'with the extension at 1.0, the launcher says it waits for the update');
 sleep 2;
 is(scalar(keys %{ ledger($sim) }), 0, 'nothing was sent before the update');
@@ -32,7 +32,7 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM notif_job WHERE status = '
 is($node->safe_psql('postgres', "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'notif_deliver sender'"),
 	'0', 'no sender runs meanwhile');
 my $log = slurp_file($node->logfile, $log_offset);
-my @warnings = ($log =~ /is version 1\.0, this library needs 1\.1/g);
+my @warnings = ($log =~ /is version 1\.0, this library needs 1\.2/g);
 is(scalar(@warnings), 1, 'the launcher warned once');
 like($log, qr/HINT:  Run ALTER EXTENSION notif_deliver UPDATE in database "postgres"/,
 	'with a hint that says what to do');
@@ -41,7 +41,7 @@ $node->safe_psql('postgres', 'ALTER EXTENSION notif_deliver UPDATE');
 ok( wait_until($node, "SELECT count(*) FROM notif_job WHERE status = 'sent'", '50'),
 	'after ALTER EXTENSION UPDATE every waiting job is sent');
 is($node->safe_psql('postgres', "SELECT extversion FROM pg_extension WHERE extname = 'notif_deliver'"),
-	'1.1', 'the extension is at 1.1');
+	'1.2', 'the extension is at 1.2');
 my $l = ledger($sim);
 is(scalar(grep { $l->{$_}{received} == 1 } keys %$l), 50, 'each job reached the provider once');
 
