@@ -4,6 +4,7 @@
 #   make install         install it into the server found by pg_config
 #   make installcheck    pg_regress (sql/) and TAP tests (test/t/) against it
 #   make test            all of the above on a fresh machine (test/run)
+#   make test-ha         Patroni end to end, slow (test/run --ha; test/ha/*.pl)
 #   make demo            a throwaway cluster delivering the example types (test/demo)
 #   make bench           every benchmark under test/bench; writes doc/benchmarks.md (test/bench/run)
 
@@ -24,7 +25,8 @@ OBJS = \
 	src/request.o \
 	src/http.o \
 	src/throttle.o \
-	src/workers.o
+	src/workers.o \
+	src/ha.o
 
 DATA = $(wildcard notif_deliver--*.sql)
 
@@ -53,9 +55,12 @@ $(SIM): test/sim/provider_sim.c
 	$(MAKE) -C test/sim
 installcheck: $(SIM)
 
-.PHONY: test demo bench
+.PHONY: test test-ha demo bench
 test:
 	bash test/run
+
+test-ha:
+	bash test/run --ha
 
 demo:
 	bash test/demo

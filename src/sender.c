@@ -51,6 +51,7 @@
 #include "utils/timestamp.h"
 
 #include "delivery.h"
+#include "ha.h"
 #include "job_sql.h"
 #include "notif_deliver.h"
 #include "throttle.h"
@@ -537,17 +538,20 @@ discard_claimed(void)
 }
 
 /*
- * An at_most_once claim must be durable before its call starts: were its
- * commit lost in a crash, the job would be claimed and sent again.  Under
- * synchronous_commit = off, make this round's commit wait for its WAL
- * flush (a transaction-local setting; stronger settings are kept).
+ * An at_most_once claim must be durable before its call starts, on this
+ * server and on the synchronous standby that a failover would promote:
+ * were its commit lost, the job would be claimed and sent again.  Under a
+ * weaker synchronous_commit (off, local, remote_write), this round commits
+ * with "on" (a transaction-local setting; remote_apply is kept).  A round
+ * without at_most_once claims keeps the user's setting.  Should the wait
+ * for the standby be cut short, the calls stay back (sender_round).
  */
 static void
 make_claims_durable(void)
 {
 	dlist_iter	iter;
 
-	if (synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
+	if (synchronous_commit >= SYNCHRONOUS_COMMIT_REMOTE_FLUSH)
 		return;
 	dlist_foreach(iter, &claimed)
 	{
@@ -555,12 +559,40 @@ make_claims_durable(void)
 
 		if (call->delivery == AT_MOST_ONCE)
 		{
-			(void) set_config_option("synchronous_commit", "local",
+			(void) set_config_option("synchronous_commit", "on",
 									 PGC_SUSET, PGC_S_SESSION,
 									 GUC_ACTION_LOCAL, true, 0, false);
 			return;
 		}
 	}
+}
+
+/*
+ * The round's commit may lack the synchronous standby's confirmation: its
+ * claims are not to be acted on.  Their calls never start; they are
+ * recorded as not having reached the provider (job_state.c: tried again
+ * while tries remain).
+ */
+static void
+hold_back_claimed(void)
+{
+	dlist_mutable_iter iter;
+	int			n = 0;
+
+	dlist_foreach_modify(iter, &claimed)
+	{
+		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
+
+		dlist_delete(&call->node);
+		never_started(call, OUTCOME_UNREACHED,
+					  "not sent: the synchronous standby did not confirm the claim");
+		n++;
+	}
+	if (n > 0)
+		ereport(LOG,
+				(errmsg("notif_deliver sender of lane \"%s\": %d claimed job(s) not sent: the synchronous standby did not confirm the claim",
+						lane, n),
+				 errdetail("The wait for synchronous replication was cancelled.")));
 }
 
 /*
@@ -574,6 +606,7 @@ sender_round(bool want_claim)
 	NotifResult *results;
 	int			n_results = 0;
 	bool		installed;
+	bool		confirmed;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -597,7 +630,7 @@ sender_round(bool want_claim)
 
 	SPI_finish();
 	PopActiveSnapshot();
-	CommitTransactionCommand();
+	confirmed = notif_commit_round(slot, ShutdownRequestPending && dlist_is_empty(&claimed));
 	pgstat_report_stat(false);
 	activity_stale = true;
 
@@ -613,6 +646,8 @@ sender_round(bool want_claim)
 	while (!dlist_is_empty(&finished))
 		free_call(dlist_container(NotifCall, node, dlist_pop_head_node(&finished)));
 
+	if (!confirmed)
+		hold_back_claimed();
 	start_claimed();
 	drive_calls(false);
 	n_errors = 0;
@@ -741,7 +776,8 @@ notif_sender_main(Datum arg)
 	pid_t		other;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	pqsignal(SIGTERM, notif_sender_sigterm);	/* also ends a wait for the standby */
+	pqsignal(SIGINT, notif_sender_sigint);
 	BackgroundWorkerUnblockSignals();
 
 	notif_shmem_attach();
@@ -785,7 +821,8 @@ notif_sender_main(Datum arg)
 	AddWaitEventToSet(wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	AddWaitEventToSet(wes, WL_SOCKET_READABLE, notif_http_epoll_fd(), NULL, NULL);
 
-	ereport(LOG, (errmsg("notif_deliver sender of lane \"%s\" started", lane)));
+	ereport(LOG, (errmsg("notif_deliver sender of lane \"%s\" started (incarnation " INT64_FORMAT ")",
+						 lane, incarnation)));
 
 	for (;;)
 	{

@@ -2,7 +2,8 @@
 # test/deps.sh: install the packages that building and testing notif_deliver
 # need, on Debian 12, if any is missing.  Root uses apt directly; anyone else
 # gets told what to install.  With --bench, also what `make bench` needs
-# (gnuplot-nox for the charts).
+# (gnuplot-nox for the charts); with --ha, what `make test-ha` needs (patroni
+# and etcd-server: their daemons are not started, as below).
 #
 # kannel and kannel-extras (the open-source SMS gateway and its fake SMSC)
 # are for the end-to-end test test/t/008_kannel.pl only: root installs them
@@ -15,6 +16,7 @@ set -euo pipefail
 packages=(make gcc libc6-dev postgresql-15 postgresql-server-dev-15 postgresql-client-15
 	libcurl4-openssl-dev libipc-run-perl openssl bc procps)
 [ "${1:-}" = --bench ] && packages+=(gnuplot-nox)
+[ "${1:-}" = --ha ] && packages+=(patroni etcd-server)
 optional=(kannel kannel-extras)
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
