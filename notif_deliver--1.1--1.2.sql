@@ -247,6 +247,25 @@ END;
 $$;
 
 /*
+ * notif_workers() gains config_current: whether the process has read the
+ * configuration as last committed (a change to notif_type or
+ * notif_provider reaches a sender at its next round).
+ */
+DROP FUNCTION notif_workers();
+
+CREATE FUNCTION notif_workers(OUT pid int, OUT role text, OUT lane text, OUT state text,
+                              OUT in_flight int, OUT sent_last_minute bigint,
+                              OUT config_current boolean)
+RETURNS SETOF record
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'notif_workers';
+
+COMMENT ON FUNCTION notif_workers() IS 'the launcher and the senders: pid, lane, state, calls in flight, jobs sent in the last minute, whether it has read the latest configuration';
+
+REVOKE ALL ON FUNCTION notif_workers() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION notif_workers() TO pg_monitor;
+
+/*
  * notif_provider_slots(): the providers' limits in shared memory: one row
  * per provider whose max_inflight and rate_limit all lanes share, and one
  * per provider and lane limited in that lane only, because all
