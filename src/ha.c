@@ -6,7 +6,7 @@
  *      wait for promotion, and incarnations above every earlier timeline's.
  *
  * A round's commit may wait for the synchronous standby (an at_most_once
- * claim always does, sender.c's make_claims_durable).  PostgreSQL ends such
+ * claim always does, make_claims_durable in sender_round.c).  PostgreSQL ends such
  * a wait only on a termination or cancel request, and then the commit is
  * local only: the standby may not have it.  So the sender's SIGTERM handler
  * ends a wait in progress (ProcDiePending, which SyncRepWaitForLSN looks
