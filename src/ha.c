@@ -6,14 +6,14 @@
  *      wait for promotion, and incarnations above every earlier timeline's.
  *
  * A round's commit may wait for the synchronous standby (an at_most_once
- * claim always does, make_claims_durable in sender_round.c).  PostgreSQL ends such
- * a wait only on a termination or cancel request, and then the commit is
- * local only: the standby may not have it.  So the sender's SIGTERM handler
- * ends a wait in progress (ProcDiePending, which SyncRepWaitForLSN looks
- * at, without raising an interrupt), and notif_commit_round() says when the
- * standby's confirmation may be missing: the calls of such a claim must not
- * leave.  While it waits, the lane shows it (notif_workers() and
- * pg_stat_activity).
+ * claim always does: make_claims_durable in sender_round.c).  PostgreSQL
+ * ends such a wait only on a termination or cancel request (or the
+ * postmaster's death), and the commit is then local only: the standby may
+ * not have it.  So the sender's SIGTERM handler ends a wait in progress
+ * (ProcDiePending, which SyncRepWaitForLSN looks at, without raising an
+ * interrupt), and notif_commit_round() says when the standby's
+ * confirmation may be missing: the calls of such a claim must not leave.
+ * While it waits, the lane shows it (notif_workers(), pg_stat_activity).
  *
  *-------------------------------------------------------------------------
  */

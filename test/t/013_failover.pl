@@ -142,8 +142,13 @@ sub failover_run
 	ok(@new >= 2, "$name: the promoted node logged its senders' incarnations");
 	is(scalar(grep { $_ <= $old_max } @new), 0,
 		"$name: every incarnation on the promoted node is above every one of the old primary");
-	like(slurp_file($standby->logfile), qr/recovered \d+ job\(s\) left in flight by a stopped sender/,
+	my $log = slurp_file($standby->logfile);
+	like($log, qr/recovered \d+ job\(s\) left in flight by a stopped sender/,
 		"$name: the promoted node's senders recovered the old primary's jobs in flight");
+	is(scalar(() = $log =~ /this server is a standby; waiting for its promotion/g), 1,
+		"$name: the standby's launcher said once that it waits for the promotion");
+	like($log, qr/the server was promoted \(timeline 2\); starting the senders/,
+		"$name: and when the promotion came");
 
 	$m->{amo_exposed} = $amo_exposed;
 	$standby->stop;
