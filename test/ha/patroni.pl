@@ -9,8 +9,8 @@
 # at_least_once key arrived and ended sent, no at_most_once key arrived
 # twice or was attempted again, nothing stays sending.
 #
-# Not in `make test` (it takes about 30 s, more on a busy machine, and needs
-# Patroni): `make test-ha`,
+# Not in `make test` (it takes about a minute with the build, more on a busy
+# machine, and needs Patroni): `make test-ha`,
 # which .ci/run runs after `make test`.  Needs patroni and etcd-server.
 use strict;
 use warnings;
@@ -63,7 +63,7 @@ sub http_status
 	return ($line && $line =~ m{^HTTP/\S+ (\d+)}) ? $1 : 0;
 }
 
-# Wait (at most a few minutes) for a condition, polling every 0.2 s.
+# Wait (at most 90 s unless told) for a condition, polling every 0.2 s.
 sub wait_for
 {
 	my ($what, $cond, $secs) = @_;
