@@ -53,6 +53,7 @@
 #include "delivery.h"
 #include "job_sql.h"
 #include "notif_deliver.h"
+#include "push.h"
 #include "throttle.h"
 
 #define MAX_LIVE_SENDERS 256
@@ -326,6 +327,13 @@ claim_jobs(void)
 
 		if (type->provider.url == NULL)
 			continue;			/* not configured: its jobs wait */
+		if (!notif_push_auth_ready(&type->provider, now, &retry_at))
+		{
+			/* no token yet (push_auth.c): its jobs wait, a refresh is on */
+			if (retry_at != 0 && retry_at < next)
+				next = retry_at;
+			continue;
+		}
 		if (room <= 0)
 		{
 			more = true;
@@ -410,6 +418,8 @@ start_claimed(void)
 		if (call->deadline_at != 0 && GetCurrentTimestamp() >= call->deadline_at)
 			never_started(call, OUTCOME_NOT_STARTED,	/* none after the deadline */
 						  "deadline passed before the attempt could start");
+		else if (call->refused)
+			never_started(call, OUTCOME_REJECTED, call->refused);	/* no call */
 		else if (!notif_http_start(call))
 			never_started(call, OUTCOME_UNREACHED, NULL);	/* nothing was sent */
 		else
@@ -590,6 +600,7 @@ sender_round(bool want_claim)
 			recover_orphans();
 		n_results = finished_results(&results);
 		notif_sql_record(results, n_results, NULL);
+		notif_push_record_unregistered(&finished);
 		if (want_claim && !ShutdownRequestPending)
 			claim_jobs();
 		make_claims_durable();
