@@ -26,7 +26,7 @@ extern void notif_build_apns(NotifCall *call, const NotifProviderConf *provider,
 
 /* push_auth.c: the tokens of this process's providers */
 extern bool notif_push_auth_ready(const NotifProviderConf *provider, TimestampTz now,
-								  TimestampTz *wake_at);
+								  bool jobs_due, TimestampTz *wake_at);
 extern char *notif_push_auth_header(const NotifProviderConf *provider, uint64 *generation);
 extern void notif_push_auth_refused(const char *provider, uint64 generation,
 									bool expired, const char *reason);

@@ -63,6 +63,7 @@ typedef struct ProviderAuth
 	bool		refusal_logged; /* since a call was last accepted */
 	NotifCall  *fetch;			/* google: the token fetch in flight */
 	TimestampTz retry_at;		/* google: after a failed fetch */
+	TimestampTz used_at;		/* a call last took the token */
 	int			failures;
 	char	   *logged;			/* the last fetch problem logged */
 } ProviderAuth;
@@ -360,12 +361,16 @@ sign_apns(ProviderAuth *pa)
 
 /*
  * May jobs of this provider be claimed now?  True when it needs no token
- * or has a usable one; starts a refresh when one is due.  When false, the
- * caller claims nothing for it and looks again at *wake_at (or when the
- * latch is set: a token arrived).
+ * or has a usable one.  With jobs_due (the caller saw due jobs), a missing
+ * or stale token is obtained: signed at once (APNs), or fetched (Google:
+ * false until the fetch ends and sets the latch; *wake_at is when to look
+ * again after a failed one).  Without, nothing is signed or fetched for a
+ * provider that has no work, except the early refresh of a Google token
+ * that calls use.
  */
 bool
-notif_push_auth_ready(const NotifProviderConf *p, TimestampTz now, TimestampTz *wake_at)
+notif_push_auth_ready(const NotifProviderConf *p, TimestampTz now, bool jobs_due,
+					  TimestampTz *wake_at)
 {
 	ProviderAuth *pa;
 
@@ -383,19 +388,26 @@ notif_push_auth_ready(const NotifProviderConf *p, TimestampTz now, TimestampTz *
 	{
 		int64		age = (int64) time(NULL) - pa->signed_at;
 
-		if (pa->token == NULL || age >= APNS_RESIGN_AFTER_S ||
-			(pa->refused && (pa->expired || age >= APNS_RESIGN_MIN_S)))
-			sign_apns(pa);
+		if (pa->token != NULL && age < APNS_RESIGN_AFTER_S &&
+			!(pa->refused && (pa->expired || age >= APNS_RESIGN_MIN_S)))
+			return true;
+		if (!jobs_due)
+			return false;
+		sign_apns(pa);
 		return pa->token != NULL;
 	}
 
 	/* google_service_account */
 	if (pa->token && !pa->refused && now < pa->expires_at)
 	{
-		if (now >= pa->refresh_at)
+		if (now >= pa->refresh_at &&
+			(jobs_due ||
+			 !TimestampDifferenceExceeds(pa->used_at, now, GOOGLE_REFRESH_MARGIN_S * 1000)))
 			start_fetch(pa, p, now);
 		return true;
 	}
+	if (!jobs_due)
+		return false;
 	start_fetch(pa, p, now);
 	if (pa->fetch == NULL)
 		*wake_at = pa->retry_at;
@@ -416,6 +428,7 @@ notif_push_auth_header(const NotifProviderConf *p, uint64 *generation)
 	if (p->auth == AUTH_NONE || (pa = auth_by_name(p->name)) == NULL || pa->token == NULL)
 		return NULL;
 	*generation = pa->generation;
+	pa->used_at = GetCurrentTimestamp();
 	return psprintf(pa->auth == AUTH_APNS_TOKEN ? "authorization: bearer %s"
 					: "Authorization: Bearer %s", pa->token);
 }

@@ -327,12 +327,20 @@ claim_jobs(void)
 
 		if (type->provider.url == NULL)
 			continue;			/* not configured: its jobs wait */
-		if (!notif_push_auth_ready(&type->provider, now, &retry_at))
+		if (!notif_push_auth_ready(&type->provider, now, false, &retry_at))
 		{
-			/* no token yet (push_auth.c): its jobs wait, a refresh is on */
-			if (retry_at != 0 && retry_at < next)
-				next = retry_at;
-			continue;
+			/* no token (push_auth.c): get one if jobs are due; they wait */
+			TimestampTz due = notif_sql_next_due(type->code);
+
+			if (due == 0 || due > now ||
+				!notif_push_auth_ready(&type->provider, now, true, &retry_at))
+			{
+				if (due > now && due < next)
+					next = due;
+				if (retry_at != 0 && retry_at < next)
+					next = retry_at;
+				continue;
+			}
 		}
 		if (room <= 0)
 		{
