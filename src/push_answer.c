@@ -3,16 +3,10 @@
  * push_answer.c
  *      What an FCM or APNs answer says, read on a finished call: the
  *      platform's reason (FCM details[].errorCode or error.status, APNs
- *      reason) into last_error, and the rows of answers[] below, which
- *      refine job_state.c's classification by status *and* reason:
- *
- *   - our token was refused (the platform did not act): unreached, so the
- *     job is retried, and the token refreshed first;
- *   - the device token is dead: rejected, and listed in notif_unregistered;
- *   - FCM's message-rate quota: unreached, no sooner than a minute.
- *
- * Everything else keeps the generic classification (429 unreached, 5xx
- * unknown, other 4xx rejected).  TAP test 020_push.pl names each row.
+ *      reason) into last_error, and what job_state.c's answers[] says of
+ *      that status and reason: the outcome, a new token (push_auth.c), a
+ *      dead device token (notif_unregistered).  TAP test 020_push.pl names
+ *      each row.  APNs answers over anything but HTTP/2 are not APNs.
  *
  *-------------------------------------------------------------------------
  */
@@ -24,35 +18,6 @@
 #include "utils/timestamp.h"
 
 #include "push.h"
-
-typedef enum AnswerAction
-{
-	ACT_NONE,
-	ACT_REFRESH,				/* our token was refused: get another */
-	ACT_REFRESH_EXPIRED,		/* ...because it expired: re-sign at once */
-	ACT_UNREGISTERED			/* the device token is dead */
-} AnswerAction;
-
-typedef struct AnswerRow
-{
-	NotifFormat format;
-	long		http_status;
-	const char *reason;
-	NotifOutcome outcome;
-	AnswerAction action;
-	int64		min_retry_ms;	/* retry no sooner (unless Retry-After says later) */
-} AnswerRow;
-
-static const AnswerRow answers[] = {
-	/* format     status reason                  outcome            action */
-	{FORMAT_FCM, 401, "UNAUTHENTICATED", OUTCOME_UNREACHED, ACT_REFRESH, 0},
-	{FORMAT_FCM, 404, "UNREGISTERED", OUTCOME_REJECTED, ACT_UNREGISTERED, 0},
-	{FORMAT_FCM, 429, "QUOTA_EXCEEDED", OUTCOME_UNREACHED, ACT_NONE, 60 * 1000},
-	{FORMAT_APNS, 403, "ExpiredProviderToken", OUTCOME_UNREACHED, ACT_REFRESH_EXPIRED, 0},
-	{FORMAT_APNS, 403, "InvalidProviderToken", OUTCOME_UNREACHED, ACT_REFRESH, 0},
-	{FORMAT_APNS, 410, "Unregistered", OUTCOME_REJECTED, ACT_UNREGISTERED, 0},
-	{FORMAT_APNS, 400, "BadDeviceToken", OUTCOME_REJECTED, ACT_UNREGISTERED, 0},
-};
 
 /* a JSON document, or NULL when the text is not one */
 Jsonb *
@@ -152,7 +117,7 @@ notif_push_read_answer(NotifCall *call)
 	Jsonb	   *jb = NULL;
 	char	   *reason = NULL;
 	char	   *message = NULL;
-	int			i;
+	const NotifAnswerRow *row;
 
 	if (call->http_status == 0)
 	{
@@ -192,26 +157,23 @@ notif_push_read_answer(NotifCall *call)
 	else
 		call->error = pstrdup("");
 
-	for (i = 0; i < (int) lengthof(answers); i++)
+	row = notif_classify_answer(call->format == FORMAT_FCM ? "fcm" : "apns",
+								call->http_status, reason);
+	if (row)
 	{
-		const AnswerRow *row = &answers[i];
-
-		if (row->format != call->format || row->http_status != call->http_status ||
-			reason == NULL || strcmp(row->reason, reason) != 0)
-			continue;
 		call->outcome = row->outcome;
 		if (row->min_retry_ms > call->retry_after_ms)
 			call->retry_after_ms = row->min_retry_ms;
 		switch (row->action)
 		{
-			case ACT_NONE:
+			case ANSWER_KEEP:
 				break;
-			case ACT_REFRESH:
-			case ACT_REFRESH_EXPIRED:
+			case ANSWER_NEW_TOKEN:
+			case ANSWER_RESIGN_NOW:
 				notif_push_auth_refused(call->provider, call->auth_generation,
-										row->action == ACT_REFRESH_EXPIRED, call->error);
+										row->action == ANSWER_RESIGN_NOW, call->error);
 				break;
-			case ACT_UNREGISTERED:
+			case ANSWER_DEAD_TOKEN:
 				if (call->push_token)
 				{
 					call->unregistered = true;
@@ -220,7 +182,6 @@ notif_push_read_answer(NotifCall *call)
 				}
 				break;
 		}
-		break;
 	}
 	MemoryContextSwitchTo(old);
 }

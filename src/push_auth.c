@@ -68,7 +68,9 @@ typedef struct ProviderAuth
 	char	   *logged;			/* the last fetch problem logged */
 } ProviderAuth;
 
-static ProviderAuth auths[NOTIF_MAX_PROVIDERS];
+#define MAX_AUTH_PROVIDERS 64	/* push providers with a token, per lane */
+
+static ProviderAuth auths[MAX_AUTH_PROVIDERS];
 static MemoryContext auth_cxt = NULL;
 
 static void
@@ -131,7 +133,7 @@ auth_of(const NotifProviderConf *p)
 		auth_cxt = AllocSetContextCreate(TopMemoryContext, "notif_deliver push auth",
 										 ALLOCSET_SMALL_SIZES);
 	digest_of(p, digest);
-	for (i = 0; i < NOTIF_MAX_PROVIDERS; i++)
+	for (i = 0; i < MAX_AUTH_PROVIDERS; i++)
 	{
 		if (!auths[i].in_use)
 		{
@@ -170,7 +172,7 @@ auth_by_name(const char *name)
 
 	if (name == NULL)
 		return NULL;
-	for (i = 0; i < NOTIF_MAX_PROVIDERS; i++)
+	for (i = 0; i < MAX_AUTH_PROVIDERS; i++)
 		if (auths[i].in_use && strcmp(auths[i].name, name) == 0)
 			return &auths[i];
 	return NULL;
@@ -301,7 +303,7 @@ start_fetch(ProviderAuth *pa, const NotifProviderConf *p, TimestampTz now)
 	old = MemoryContextSwitchTo(cxt);
 	call = palloc0(sizeof(NotifCall));
 	call->cxt = cxt;
-	call->delivery = AT_LEAST_ONCE;
+	call->job.delivery = AT_LEAST_ONCE;	/* a body libcurl may send again */
 	call->provider = pstrdup(pa->name);
 	call->format = FORMAT_FORM;
 	call->max_connections = p->max_connections;

@@ -78,7 +78,7 @@ notif_push_record_unregistered(dlist_head *finished)
 
 		if (!call->unregistered)
 			continue;
-		ids[n] = Int64GetDatum(call->job_id);
+		ids[n] = Int64GetDatum(call->job.id);
 		tokens[n] = CStringGetTextDatum(call->push_token);
 		reasons[n] = CStringGetTextDatum(call->reason ? call->reason : "?");
 		ats[n] = TimestampTzGetDatum(call->unregistered_at);
