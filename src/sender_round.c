@@ -84,6 +84,7 @@ reload_config(void)
 	sender.types = fresh;
 	sender.n_types = n;
 	sender.config_generation = generation;
+	pg_atomic_write_u64(&sender.slot->config_seen, generation);
 	sender.config_stale = false;
 	sender.need_recovery = true;
 }
@@ -146,6 +147,10 @@ make_result(NotifResult *r, NotifEvent event, const NotifJobRef *job,
 	if (r->next.status == STATUS_SENT && r->expected_status != STATUS_SENT)
 		r->sent_at = ended_at;	/* at_most_once's was set by its claim */
 }
+
+/* the incarnations of the live senders are read onto the stack */
+StaticAssertDecl(NOTIF_MAX_LANES_LIMIT * sizeof(int64) <= 8192,
+				 "one incarnation per lane must fit on a sender's stack");
 
 static bool
 is_live(int64 incarnation, const int64 *live, int n_live)

@@ -9,7 +9,8 @@
 #       access token valid --token-life seconds
 #   POST /v1/projects/P/messages:send checks the bearer token (401
 #       UNAUTHENTICATED unless issued and unexpired); FCM error bodies for
-#       chosen tokens: dead* 404 UNREGISTERED, bad* 400 INVALID_ARGUMENT
+#       chosen tokens: dead* 404 UNREGISTERED, bad* 400 INVALID_ARGUMENT,
+#       quota* 429 QUOTA_EXCEEDED (no Retry-After)
 #   POST /3/device/T                  verifies the ES256 provider token
 #       (alg, kid, iss, signature in the JOSE r||s form) and its age: 403
 #       ExpiredProviderToken once iat is older than --apns-max-age, 403
@@ -140,6 +141,8 @@ sub fcm_endpoint
 	return fcm_error(404, 'NOT_FOUND', 'Requested entity was not found.', 'UNREGISTERED') if $t =~ /^dead/;
 	return fcm_error(400, 'INVALID_ARGUMENT', 'The registration token is not a valid FCM registration token',
 		'INVALID_ARGUMENT') if $t =~ /^bad/;
+	return fcm_error(429, 'RESOURCE_EXHAUSTED', 'Quota exceeded for quota metric.', 'QUOTA_EXCEEDED')
+	  if $t =~ /^quota/;
 	$stat{fcm_accepted}++;
 	return respond(200, $json->encode({ name => "projects/$project/messages/" . ++$msg_id }));
 }

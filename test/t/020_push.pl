@@ -6,8 +6,7 @@
 # max_connections connections, refreshes without a job failing, one new
 # provider token after ExpiredProviderToken, dead device tokens failed and
 # listed in notif_unregistered, and no secret in the server log, notif_job
-# or notif_attempt.  Each row of job_state.c's answers[] is named (apns_invalid_provider_token and
-# fcm_quota_exceeded: not yet exercised here).
+# or notif_attempt.  Each row of job_state.c's answers[] is named.
 use strict;
 use warnings;
 use lib 'test';
@@ -203,6 +202,39 @@ is(sql("SELECT a2.started_at - a1.ended_at >= interval '2 s' FROM notif_attempt 
          WHERE a1.job_id = $j429 AND a1.http_status = 429"),
 	't', 'apns 429: the retry waited for Retry-After (2 s)');
 
+# row fcm_quota_exceeded: unreached, and no retry for at least a minute
+# (FCM's advice for its message-rate quota; no Retry-After was given)
+my $jq = sql(q{SELECT notif_enqueue(79, 'fcm_push', 'quota', '{"token": "quota-1", "notification": {"title": "x"}}')});
+ok(wait_until($node, "SELECT status = 'queued' AND tries = 1 FROM notif_job WHERE id = $jq"),
+	'answers row fcm_quota_exceeded: queued again after one try');
+is(sql("SELECT j.outcome || ' ' || j.http_status || ' ' || (j.next_at >= a.ended_at + interval '60 s')
+          FROM notif_job j JOIN notif_attempt a ON a.job_id = j.id WHERE j.id = $jq"),
+	'unreached 429 true', 'answers row fcm_quota_exceeded: unreached, next try a minute later at the earliest');
+like(sql("SELECT last_error FROM notif_job WHERE id = $jq"), qr/^HTTP 429: QUOTA_EXCEEDED: /,
+	'answers row fcm_quota_exceeded: the errorCode in last_error');
+sql("SELECT notif_cancel($jq)");
+# (the quota pauses the whole provider for that minute: FCM's quota is the project's)
+
+# row apns_invalid_provider_token: a key APNs does not know (another key
+# id): unreached, retried with the same token (no re-signing within 20
+# minutes), failed when the tries run out, with the reason; logged once
+sql("INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert)
+     VALUES ('apns_badkey', '$base', 'apns', 'apns_token', "
+	  . q_lit($p8 =~ s/KEYID12345/WRONGKID00/r) . ", $ca)");
+sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
+      VALUES ('apns_badkey', 'at_least_once', 3, 'apns_badkey', '100 ms', '100 ms')});
+my $bad_before = push_stats($rig)->{apns_jwt_bad};
+my $log_at = -s $node->logfile;
+my $jinv = sql(q{SELECT notif_enqueue(98, 'apns_badkey', 'k1', '{"device_token": "ab", "headers": {"apns-topic": "t"}, "aps": {}}')});
+ok(wait_until($node, "SELECT status = 'failed' FROM notif_job WHERE id = $jinv"), 'answers row apns_invalid_provider_token: failed');
+is(job_row($node, $jinv) . ' ' . sql("SELECT last_error FROM notif_job WHERE id = $jinv"),
+	'failed unreached 3 403 HTTP 403: InvalidProviderToken',
+	'answers row apns_invalid_provider_token: unreached at each of its 3 tries, the reason in last_error');
+is(push_stats($rig)->{apns_jwt_bad} - $bad_before, 1, 'answers row apns_invalid_provider_token: one provider token, not re-signed');
+my @refusals = slurp_file($node->logfile, $log_at) =~ /(provider "apns_badkey" refused the sender's token: \w+)/g;
+is_deeply(\@refusals, [ 'provider "apns_badkey" refused the sender\'s token: InvalidProviderToken' ],
+	'answers row apns_invalid_provider_token: logged once');
+
 # a type moved to an apns provider: its old payloads fail before any call
 sql(q{INSERT INTO notif_type (code, delivery, max_tries, paused) VALUES ('moved', 'at_least_once', 3, true)});
 my $moved = sql(q{SELECT notif_enqueue(93, 'moved', 'm1', '{"text": "not a push message"}')});
@@ -249,7 +281,7 @@ for (1 .. 300)
 }
 cmp_ok($refetched, '>=', 3, 'no token: the token endpoint refused the assertion again and again');
 is(job_row($node, $waiting), 'queued - 0 -', 'no token: the job waits, untried');
-my $meanwhile = sql(q{SELECT notif_enqueue(97, 'fcm_push', 'meanwhile', '{"topic": "news"}')});
+my $meanwhile = sql(q{SELECT notif_enqueue(97, 'apns_push', 'meanwhile', '{"device_token": "ab", "headers": {"apns-topic": "t"}, "aps": {}}')});
 ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $meanwhile"),
 	'no token: the lane goes on with its other providers');
 my @fetch_logs = slurp_file($node->logfile, $log_offset) =~ /(could not get an access token for provider "fcm_wait": .*)/g;
