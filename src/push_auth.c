@@ -209,6 +209,7 @@ fetch_done(NotifCall *call)
 	Jsonb	   *jb = NULL;
 	JsonbValue *token = NULL;
 	JsonbValue *expires = NULL;
+	MemoryContext old = MemoryContextSwitchTo(call->cxt);	/* all goes with it */
 
 	if (call->body)
 		explicit_bzero(call->body, call->body_len);
@@ -217,6 +218,7 @@ fetch_done(NotifCall *call)
 		/* the provider's credentials changed meanwhile */
 		if (call->answer)
 			explicit_bzero(call->answer->data, call->answer->len);
+		MemoryContextSwitchTo(old);
 		MemoryContextDelete(call->cxt);
 		return;
 	}
@@ -284,6 +286,9 @@ fetch_done(NotifCall *call)
 	}
 	if (call->answer)
 		explicit_bzero(call->answer->data, call->answer->len);
+	if (jb)
+		explicit_bzero(jb, VARSIZE(jb));	/* it held the token */
+	MemoryContextSwitchTo(old);
 	MemoryContextDelete(call->cxt);
 }
 
