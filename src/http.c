@@ -323,7 +323,8 @@ collect_done(HttpPool *pool)
 			call->error = MemoryContextStrdup(call->cxt, call->response);
 
 		/* an HTTPS provider without HTTP/2: its calls need connections */
-		if (pool->max_connections > 0 && !pool->http1_seen && call->http_status != 0 &&
+		if (pool->max_connections > 0 && !pool->http1_seen && call->on_done == NULL &&
+			call->http_status != 0 &&
 			call->http_version != CURL_HTTP_VERSION_2_0 &&
 			call->http_version != CURL_HTTP_VERSION_NONE)
 		{
