@@ -116,6 +116,7 @@ struct NotifCall
 	/* what push_answer.c read in an FCM or APNs answer */
 	char	   *reason;			/* the platform's reason, for last_error */
 	bool		unregistered;	/* the device token is dead */
+	bool		device_busy;	/* a 429 for this device only: no provider pause */
 	TimestampTz unregistered_at;	/* the platform's timestamp, or the answer's */
 };
 

@@ -181,7 +181,9 @@ notif_classify(int curl_code, long http_status, bool request_sent)
 /*
  * What a push platform's answer says beyond its status: our token refused
  * (the platform did not act: unreached, with a new token), the device
- * token dead (rejected, and listed), FCM's quota (at least a minute).
+ * token dead (rejected, and listed), FCM's quota (at least a minute), one
+ * device sent to too often (only its job waits for Retry-After; a 429
+ * otherwise pauses the whole provider).
  * Answers not listed keep notif_classify()'s outcome: 429 unreached, 5xx
  * unknown, other 4xx rejected.
  */
@@ -194,6 +196,7 @@ static const NotifAnswerRow answers[] = {
 	{"apns_invalid_provider_token", "apns", 403, "InvalidProviderToken", OUTCOME_UNREACHED, ANSWER_NEW_TOKEN, 0},
 	{"apns_unregistered", "apns", 410, "Unregistered", OUTCOME_REJECTED, ANSWER_DEAD_TOKEN, 0},
 	{"apns_bad_device_token", "apns", 400, "BadDeviceToken", OUTCOME_REJECTED, ANSWER_DEAD_TOKEN, 0},
+	{"apns_too_many_requests", "apns", 429, "TooManyRequests", OUTCOME_UNREACHED, ANSWER_DEVICE_BUSY, 0},
 };
 
 /* The row for a platform's answer, or NULL (the status decides). */

@@ -163,7 +163,8 @@ typedef enum NotifAnswerAction
 	ANSWER_KEEP,				/* nothing more */
 	ANSWER_NEW_TOKEN,			/* our token was refused: get another */
 	ANSWER_RESIGN_NOW,			/* ... as expired: re-sign it at once */
-	ANSWER_DEAD_TOKEN			/* the device token is dead: notif_unregistered */
+	ANSWER_DEAD_TOKEN,			/* the device token is dead: notif_unregistered */
+	ANSWER_DEVICE_BUSY			/* one device throttled: not the provider's pause */
 } NotifAnswerAction;
 
 typedef struct NotifAnswerRow

@@ -173,6 +173,9 @@ notif_push_read_answer(NotifCall *call)
 				notif_push_auth_refused(call->provider, call->auth_generation,
 										row->action == ANSWER_RESIGN_NOW, call->error);
 				break;
+			case ANSWER_DEVICE_BUSY:
+				call->device_busy = true;
+				break;
 			case ANSWER_DEAD_TOKEN:
 				if (call->push_token)
 				{

@@ -375,7 +375,7 @@ collect_finished(void)
 		if (notif_ends_sent(call->job.delivery, call->outcome))
 			sent++;
 		notif_throttle_release(call->throttle, 1, false);
-		if (call->http_status == 429 && call->retry_after_ms > 0)
+		if (call->http_status == 429 && call->retry_after_ms > 0 && !call->device_busy)
 			notif_throttle_pause(call->throttle,
 								 TimestampTzPlusMilliseconds(call->ended_at, call->retry_after_ms));
 		pg_atomic_fetch_sub_u32(&sender.slot->inflight, 1);

@@ -191,16 +191,24 @@ is(sql("SELECT string_agg(user_id || ' ' || token || ' ' || reason, ',' ORDER BY
 is(sql("SELECT reported_at = to_timestamp(1700000000) FROM notif_unregistered WHERE job_id = $j410"), 't',
 	'answers row apns_unregistered: with the timestamp APNs gave');
 
-# 429 TooManyRequests with Retry-After: 2: unreached, retried no sooner
+# row apns_too_many_requests (Retry-After: 2): unreached, retried no
+# sooner; only that device waits, not the provider
 my $j429 = sql(q{SELECT notif_enqueue(92, 'apns_push', 'busy', '{"device_token": "c0de0003", "headers": {"apns-topic": "t"}, "aps": {}}')});
+ok(wait_until($node, "SELECT EXISTS (SELECT 1 FROM notif_attempt WHERE job_id = $j429 AND http_status = 429)"),
+	'answers row apns_too_many_requests: answered 429');
+my $other = sql(q{SELECT notif_enqueue(92, 'apns_push', 'not-busy', '{"device_token": "0a0b0c", "headers": {"apns-topic": "t"}, "aps": {}}')});
+ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $other"), 'apns 429: another device\'s job was sent');
+is(sql("SELECT (SELECT sent_at FROM notif_job WHERE id = $other)
+             < (SELECT ended_at + interval '2 s' FROM notif_attempt WHERE job_id = $j429 AND http_status = 429)"),
+	't', 'answers row apns_too_many_requests: the provider was not paused for it');
 ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $j429"), 'apns 429: sent after all');
 # (a provider token may expire in between: look at the 429 attempt and the next)
 is(sql("SELECT outcome || ' ' || http_status || ' ' || error FROM notif_attempt WHERE job_id = $j429 AND http_status = 429"),
-	'unreached 429 HTTP 429: TooManyRequests', 'apns 429 TooManyRequests: unreached, the reason in the error');
+	'unreached 429 HTTP 429: TooManyRequests', 'answers row apns_too_many_requests: unreached, the reason in the error');
 is(sql("SELECT a2.started_at - a1.ended_at >= interval '2 s' FROM notif_attempt a1
           JOIN notif_attempt a2 ON a2.job_id = a1.job_id AND a2.try = a1.try + 1
          WHERE a1.job_id = $j429 AND a1.http_status = 429"),
-	't', 'apns 429: the retry waited for Retry-After (2 s)');
+	't', 'answers row apns_too_many_requests: the retry waited for Retry-After (2 s)');
 
 # row fcm_quota_exceeded: unreached, and no retry for at least a minute
 # (FCM's advice for its message-rate quota; no Retry-After was given)
