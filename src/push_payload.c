@@ -19,7 +19,10 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_type.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
 #include "utils/jsonb.h"
 
 #include "push.h"
@@ -139,30 +142,11 @@ fcm_error(Jsonb *payload)
 Jsonb *
 notif_apns_body(Jsonb *payload)
 {
-	JsonbParseState *state = NULL;
-	JsonbIterator *it = JsonbIteratorInit(&payload->root);
-	JsonbValue	v;
-	JsonbIteratorToken tok;
-	JsonbValue *result = NULL;
-	bool		skip = false;
+	Datum		drop[2] = {CStringGetTextDatum("device_token"), CStringGetTextDatum("headers")};
+	ArrayType  *keys = construct_array(drop, 2, TEXTOID, -1, false, TYPALIGN_INT);
 
-	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
-	{
-		if (tok == WJB_KEY)
-		{
-			skip = key_is(&v, "device_token") || key_is(&v, "headers");
-			if (!skip)
-				pushJsonbValue(&state, tok, &v);
-		}
-		else if (tok == WJB_VALUE)
-		{
-			if (!skip)
-				pushJsonbValue(&state, tok, &v);
-		}
-		else
-			result = pushJsonbValue(&state, tok, tok == WJB_BEGIN_OBJECT || tok == WJB_END_OBJECT ? NULL : &v);
-	}
-	return JsonbValueToJsonb(result);
+	return DatumGetJsonbP(DirectFunctionCall2(jsonb_delete_array, JsonbPGetDatum(payload),
+											  PointerGetDatum(keys)));
 }
 
 static char *
