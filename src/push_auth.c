@@ -457,7 +457,9 @@ notif_push_auth_refused(const char *provider, uint64 generation, bool expired,
 		ereport(LOG,
 				(errmsg("notif_deliver: provider \"%s\" refused the sender's token: %s",
 						pa->name, reason ? reason : "?"),
-				 errdetail("A new token is obtained; the calls are retried.")));
+				 pa->auth == AUTH_APNS_TOKEN && !expired
+				 ? errdetail("The calls are retried; APNs allows a new token 20 minutes after the last one.")
+				 : errdetail("A new token is obtained; the calls are retried.")));
 		pa->refusal_logged = true;
 	}
 	pa->refused = true;
