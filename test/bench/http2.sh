@@ -14,7 +14,7 @@
 #
 #   bash test/bench/http2.sh [JOBS] [INFLIGHT]     (defaults 20000 x BENCH_SCALE, 100)
 #
-# Environment: HTTP2_ROUNDS [3]; HTTP2_FRONT_PORT [28443] (and the next one)
+# Environment: HTTP2_ROUNDS [3]; HTTP2_MAX_CONNECTIONS [1] (of h2); HTTP2_FRONT_PORT [28443] (and the next one)
 # for the fronts; BENCH_PORT, BENCH_SIM_PORT.  Needs nghttpx
 # (nghttp2-proxy), the extension installed and the simulator built.
 # Prints "RESULT name value":
@@ -25,6 +25,7 @@ set -euo pipefail
 JOBS=${1:-$(bench_scale 20000)}
 INFLIGHT=${2:-100}
 ROUNDS=${HTTP2_ROUNDS:-3}
+H2_CONNECTIONS=${HTTP2_MAX_CONNECTIONS:-1}
 SIM=$BENCH_SIM_PORT
 # below the ephemeral range (32768-60999): a busy machine's outgoing
 # connections cannot hold these ports
@@ -74,7 +75,7 @@ ca=$(sed "s/'/''/g" "$BENCH_DIR/srv.crt")
 cluster_psql <<SQL
 CREATE EXTENSION notif_deliver;
 INSERT INTO notif_provider (name, url, idempotency_header, timeout, max_inflight, max_connections, ca_cert)
-VALUES ('h2', 'https://127.0.0.1:$FRONT_H2/send', 'Idempotency-Key', '10 s', $INFLIGHT, 1, '$ca'),
+VALUES ('h2', 'https://127.0.0.1:$FRONT_H2/send', 'Idempotency-Key', '10 s', $INFLIGHT, $H2_CONNECTIONS, '$ca'),
        ('h1', 'https://127.0.0.1:$FRONT_H1/send', 'Idempotency-Key', '10 s', $INFLIGHT, 1, '$ca');
 INSERT INTO notif_type (code, delivery, max_tries, provider, lane, paused) VALUES
     ('h2', 'at_least_once', 3, 'h2', 'bench', true),
@@ -120,7 +121,7 @@ drain() {
 }
 
 echo "$JOBS at_least_once jobs per drain, $INFLIGHT calls in flight, provider at 0 ms, through nghttpx (TLS);"
-echo "h2: max_connections = 1; h1: the front offers only http/1.1. $ROUNDS rounds, $(nproc) cores"
+echo "h2: max_connections = $H2_CONNECTIONS; h1: the front offers only http/1.1. $ROUNDS rounds, $(nproc) cores"
 printf '%-6s %-4s %8s %10s %10s %12s %11s %10s %6s %8s\n' round what seconds jobs_per_s pg_cpu_1k \
 	sender_cpu_1k front_cpu_1k sim_cpu_1k conns its_alpn
 rows=()
