@@ -25,19 +25,27 @@ OBJS = \
 	src/job_state_sql.o \
 	src/job_sql.o \
 	src/request.o \
+	src/request_fcm.o \
+	src/request_apns.o \
+	src/push_payload.o \
+	src/push_answer.o \
+	src/push_auth.o \
+	src/push_sql.o \
+	src/token.o \
 	src/http.o \
 	src/throttle.o \
 	src/workers.o
 
 DATA = $(wildcard notif_deliver--*.sql)
 
-REGRESS = setup lifecycle schema enqueue enqueue_paths privileges replay stats operations upgrade
+REGRESS = setup lifecycle schema enqueue enqueue_paths privileges push replay stats operations upgrade
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 
 PG_CPPFLAGS = -I$(srcdir)/src $(shell curl-config --cflags 2>/dev/null)
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
-SHLIB_LINK = $(shell curl-config --libs 2>/dev/null)
+# libcurl for the calls, OpenSSL's libcrypto to sign push tokens (token.c)
+SHLIB_LINK = $(shell curl-config --libs 2>/dev/null) -lcrypto
 
 # On a bare machine `make test` runs before pg_config exists: test/run
 # installs it, then builds with PGXS.
