@@ -36,7 +36,7 @@ sub spew { my ($f, $s) = @_; open my $fh, '>', $f or die "$f: $!"; print $fh $s;
 
 # the tree's source files (what git would archive), copied to a new folder
 my @files = grep { -f } split /\0/, `cd '$top' && { git ls-files -z --cached --others --exclude-standard 2>/dev/null || find . -type f -printf '%P\\0'; }`;
-@files = grep { !m{^(\.git|build|tmp_check|results|log)/} } @files;
+@files = grep { !m{^(\.git(/|$)|(build|tmp_check|results|log)/)} } @files;
 ok(scalar(grep { $_ eq 'META.json' } @files), 'the tree has META.json (' . scalar(@files) . ' files)');
 
 sub copy_tree
