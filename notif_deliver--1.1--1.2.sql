@@ -92,6 +92,46 @@ $$;
 REVOKE ALL ON FUNCTION notif_redrive(bigint[], text) FROM PUBLIC;
 
 /*
+ * notif_decide(caller, job_id, event, force): lock one job and return the
+ * transition that applies to it for an operator's event ('retry' or
+ * 'cancel'), with its kind and status.  Waits for a sender's claim of the
+ * job to commit, then decides on what it left.  An unknown id is an error
+ * (P0002) in the caller's name.  Internal: notif_retry and notif_cancel.
+ */
+CREATE FUNCTION notif_decide(caller text, job_id bigint, event text, force boolean,
+                             OUT kind text, OUT status text, OUT rule text,
+                             OUT to_status text, OUT note text)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    j record;
+    t record;
+BEGIN
+    SELECT n.kind, n.status, n.outcome, n.last_error, n.claimed_by, y.delivery INTO j
+      FROM @extschema@.notif_job n
+      JOIN @extschema@.notif_type y ON y.code OPERATOR(pg_catalog.=) n.kind
+     WHERE n.id OPERATOR(pg_catalog.=) notif_decide.job_id
+       FOR NO KEY UPDATE OF n;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION '%: job % does not exist', caller, job_id
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    SELECT * INTO t
+      FROM @extschema@.notif_transition_for(event, j.delivery, j.status, j.outcome, j.last_error,
+                                            j.claimed_by IS NOT NULL, force, false);
+    kind := j.kind;
+    status := j.status;
+    rule := t.name;
+    to_status := t.to_status;
+    note := t.note;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION notif_decide(text, bigint, text, boolean) FROM PUBLIC;
+
+/*
  * notif_retry(job_id, force): put a failed or expired job back in the
  * queue with fresh tries, as the "retry" transitions say: an at_most_once
  * job whose last call ended 'unknown' may have been delivered, and is
@@ -103,38 +143,25 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    j record;
-    t record;
+    d record;
 BEGIN
     IF job_id IS NULL OR force IS NULL THEN
         RAISE EXCEPTION 'notif_retry: job_id and force must not be null'
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
 
-    SELECT n.id, n.kind, n.status, n.outcome, n.last_error, n.claimed_by, y.delivery INTO j
-      FROM @extschema@.notif_job n
-      JOIN @extschema@.notif_type y ON y.code OPERATOR(pg_catalog.=) n.kind
-     WHERE n.id OPERATOR(pg_catalog.=) notif_retry.job_id
-       FOR NO KEY UPDATE OF n;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'notif_retry: job % does not exist', job_id
-            USING ERRCODE = 'no_data_found';
-    END IF;
-
-    SELECT * INTO t
-      FROM @extschema@.notif_transition_for('retry', j.delivery, j.status, j.outcome, j.last_error,
-                                            j.claimed_by IS NOT NULL, force, false);
-    IF t.name OPERATOR(pg_catalog.=) 'retry_maybe_delivered' THEN
-        RAISE EXCEPTION 'notif_retry: job % %', job_id, t.note
+    SELECT * INTO d FROM @extschema@.notif_decide('notif_retry', job_id, 'retry', force);
+    IF d.rule OPERATOR(pg_catalog.=) 'retry_maybe_delivered' THEN
+        RAISE EXCEPTION 'notif_retry: job % %', job_id, d.note
             USING ERRCODE = 'object_not_in_prerequisite_state',
-                  DETAIL = format('Its type "%s" is at_most_once and its last call ended with outcome "unknown".', j.kind),
+                  DETAIL = format('Its type "%s" is at_most_once and its last call ended with outcome "unknown".', d.kind),
                   HINT = 'Sending it again may duplicate it; use notif_retry(job_id, force => true) to send it anyway.';
-    ELSIF t.to_status IS NULL THEN
-        RAISE EXCEPTION 'notif_retry: job % is %, %', job_id, j.status, t.note
+    ELSIF d.to_status IS NULL THEN
+        RAISE EXCEPTION 'notif_retry: job % is %, %', job_id, d.status, d.note
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
 
-    PERFORM @extschema@.notif_redrive(ARRAY[j.id], t.to_status);
+    PERFORM @extschema@.notif_redrive(ARRAY[job_id], d.to_status);
 END;
 $$;
 
@@ -214,37 +241,42 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    j record;
-    t record;
+    d record;
 BEGIN
     IF job_id IS NULL THEN
         RAISE EXCEPTION 'notif_cancel: job_id must not be null'
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
 
-    -- waits for a sender's claim of this job to commit, then sees its status
-    SELECT n.status, n.outcome, n.last_error, n.claimed_by, y.delivery INTO j
-      FROM @extschema@.notif_job n
-      JOIN @extschema@.notif_type y ON y.code OPERATOR(pg_catalog.=) n.kind
-     WHERE n.id OPERATOR(pg_catalog.=) notif_cancel.job_id
-       FOR NO KEY UPDATE OF n;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'notif_cancel: job % does not exist', job_id
-            USING ERRCODE = 'no_data_found';
-    END IF;
-
-    SELECT * INTO t
-      FROM @extschema@.notif_transition_for('cancel', j.delivery, j.status, j.outcome, j.last_error,
-                                            j.claimed_by IS NOT NULL, false, false);
-    IF t.to_status IS NULL THEN
-        RAISE EXCEPTION 'notif_cancel: job % is %, %', job_id, j.status, t.note
+    SELECT * INTO d FROM @extschema@.notif_decide('notif_cancel', job_id, 'cancel', false);
+    IF d.to_status IS NULL THEN
+        RAISE EXCEPTION 'notif_cancel: job % is %, %', job_id, d.status, d.note
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
     UPDATE @extschema@.notif_job n
-       SET status = t.to_status, last_error = t.note, next_at = now()
+       SET status = d.to_status, last_error = d.note, next_at = now()
      WHERE n.id OPERATOR(pg_catalog.=) notif_cancel.job_id;
 END;
 $$;
+
+/*
+ * notif_workers() gains config_current: whether the process has read the
+ * configuration as last committed (a change to notif_type or
+ * notif_provider reaches a sender at its next round).
+ */
+DROP FUNCTION notif_workers();
+
+CREATE FUNCTION notif_workers(OUT pid int, OUT role text, OUT lane text, OUT state text,
+                              OUT in_flight int, OUT sent_last_minute bigint,
+                              OUT config_current boolean)
+RETURNS SETOF record
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'notif_workers';
+
+COMMENT ON FUNCTION notif_workers() IS 'the launcher and the senders: pid, lane, state, calls in flight, jobs sent in the last minute, whether it has read the latest configuration';
+
+REVOKE ALL ON FUNCTION notif_workers() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION notif_workers() TO pg_monitor;
 
 /*
  * notif_provider_slots(): the providers' limits in shared memory: one row

@@ -233,6 +233,7 @@ reconcile(char **lanes, int n_lanes)
 		pg_atomic_write_u32(&notif_shared->lanes[i].inflight, 0);
 		pg_atomic_write_u64(&notif_shared->lanes[i].sent, 0);
 		pg_atomic_write_u32(&notif_shared->lanes[i].state, WORKER_STARTING);
+		pg_atomic_write_u64(&notif_shared->lanes[i].config_seen, 0);
 		notif_shared->lanes[i].n_unshared = 0;
 		for (k = 0; k < NOTIF_RATE_SECONDS; k++)
 			pg_atomic_write_u64(&notif_shared->lanes[i].sent_second[k], 0);
@@ -371,6 +372,7 @@ notif_launcher_main(Datum arg)
 			{
 				launcher_round(round_cxt, purge);
 				seen_generation = generation;
+				pg_atomic_write_u64(&notif_shared->launcher_config_seen, generation);
 				seen_extension = extension;
 				seen_enabled = notif_enabled;
 				if (last_error)

@@ -79,6 +79,7 @@ typedef struct NotifLaneSlot
 	pg_atomic_uint32 inflight;	/* calls in flight */
 	pg_atomic_uint64 sent;		/* calls ended, since the slot was assigned */
 	pg_atomic_uint32 state;		/* NotifWorkerState */
+	pg_atomic_uint64 config_seen;	/* the configuration generation it read */
 	/* jobs sent, per second of the last minute (written by the sender) */
 	pg_atomic_uint64 sent_second[NOTIF_RATE_SECONDS];	/* which second */
 	pg_atomic_uint32 sent_count[NOTIF_RATE_SECONDS];	/* how many in it */
@@ -107,6 +108,7 @@ typedef struct NotifShared
 	pid_t		launcher_pid;
 	Latch	   *launcher_latch;
 	pg_atomic_uint32 launcher_state;	/* NotifWorkerState */
+	pg_atomic_uint64 launcher_config_seen;	/* the generation it acted on */
 	pg_atomic_uint64 config_generation;	/* bumped by each config commit */
 	pg_atomic_uint64 next_incarnation;
 	NotifLaneSlot lanes[FLEXIBLE_ARRAY_MEMBER];	/* notif_max_lanes of them */

@@ -83,6 +83,7 @@ reload_config(void)
 	sender.types = fresh;
 	sender.n_types = n;
 	sender.config_generation = generation;
+	pg_atomic_write_u64(&sender.slot->config_seen, generation);
 	sender.config_stale = false;
 	sender.need_recovery = true;
 }

@@ -103,6 +103,7 @@ notif_shmem_attach(void)
 		pg_atomic_init_u64(&notif_shared->config_generation, 1);
 		pg_atomic_init_u64(&notif_shared->next_incarnation, GetCurrentTimestamp());
 		pg_atomic_init_u32(&notif_shared->launcher_state, WORKER_STARTING);
+		pg_atomic_init_u64(&notif_shared->launcher_config_seen, 0);
 		for (i = 0; i < notif_max_lanes; i++)
 		{
 			NotifLaneSlot *slot = &notif_shared->lanes[i];
@@ -111,6 +112,7 @@ notif_shmem_attach(void)
 			pg_atomic_init_u32(&slot->inflight, 0);
 			pg_atomic_init_u64(&slot->sent, 0);
 			pg_atomic_init_u32(&slot->state, WORKER_STARTING);
+			pg_atomic_init_u64(&slot->config_seen, 0);
 			for (s = 0; s < NOTIF_RATE_SECONDS; s++)
 			{
 				pg_atomic_init_u64(&slot->sent_second[s], 0);

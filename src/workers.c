@@ -3,7 +3,8 @@
  * workers.c
  *      notif_workers(): what the launcher and each lane's sender are doing,
  *      read from shared memory: pid, lane, state, calls in flight, jobs
- *      sent in the last minute.  A lane whose sender is not running (no
+ *      sent in the last minute, whether it has read the latest committed
+ *      configuration.  A lane whose sender is not running (no
  *      worker slot, or being restarted) shows with a NULL pid.
  *      notif_provider_slots(): the providers' shared limits in use, and the
  *      providers limited per lane because every shared slot was taken.
@@ -49,14 +50,16 @@ Datum
 notif_workers(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Datum		values[6];
-	bool		nulls[6];
+	Datum		values[7];
+	bool		nulls[7];
 	pid_t		launcher_pid;
+	uint64		generation;
 	int			i;
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (notif_shared == NULL)
 		PG_RETURN_VOID();		/* not preloaded: no worker runs */
+	generation = pg_atomic_read_u64(&notif_shared->config_generation);
 
 	LWLockAcquire(notif_shared->lanes_lock, LW_SHARED);
 	launcher_pid = notif_shared->launcher_pid;
@@ -69,6 +72,7 @@ notif_workers(PG_FUNCTION_ARGS)
 		nulls[2] = true;
 		values[3] = CStringGetTextDatum(state_name(pg_atomic_read_u32(&notif_shared->launcher_state)));
 		nulls[4] = nulls[5] = true;
+		values[6] = BoolGetDatum(pg_atomic_read_u64(&notif_shared->launcher_config_seen) == generation);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 
@@ -96,6 +100,7 @@ notif_workers(PG_FUNCTION_ARGS)
 										state_name(pg_atomic_read_u32(&slot->state)));
 		values[4] = Int32GetDatum(pid == 0 ? 0 : (int32) pg_atomic_read_u32(&slot->inflight));
 		values[5] = Int64GetDatum((int64) notif_sent_last_minute(slot));
+		values[6] = BoolGetDatum(pid != 0 && pg_atomic_read_u64(&slot->config_seen) == generation);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	PG_RETURN_VOID();
