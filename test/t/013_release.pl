@@ -1,4 +1,4 @@
-# 012_release.pl: the release metadata tells the truth, and the checks that
+# 013_release.pl: the release metadata tells the truth, and the checks that
 # keep it so fail when they should.
 #
 # - release/meta_check passes on this tree, and on copies of it with one
