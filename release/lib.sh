@@ -20,6 +20,12 @@ tree_files()
 	) | sort -z
 }
 
+# Copy tree_files of $1 into the existing folder $2.
+copy_tree()
+{
+	tree_files "$1" | (cd "$1" && tar --null -T - -cf -) | tar -xf - -C "$2"
+}
+
 # One checksum over the names and contents of tree_files: a package built
 # from this tree records it, and is "current" while the tree still has it.
 tree_sum()
