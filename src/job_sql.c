@@ -67,14 +67,6 @@ static const char *const sql_claim =
 "           j.earlier_tries";
 
 /*
- * Record what calls did: the job's next state, guarded by what the claim
- * wrote (status, tries, holder), so a stale result never overwrites a newer
- * one; and one notif_attempt row per call (numbered across re-drives).
- * Each job is found by its primary key: "claimed_by + 0" keeps the planner
- * off notif_job_claimed_idx, where every job of this sender has the same
- * key (and dead entries until vacuum), which made a probe walk them all.
- */
-/*
  * The columns of a result, in the order of the record statement's
  * parameters: (enum, column name, element type, array type, SQL type).
  */

@@ -147,6 +147,10 @@ make_result(NotifResult *r, NotifEvent event, const NotifJobRef *job,
 		r->sent_at = ended_at;	/* at_most_once's was set by its claim */
 }
 
+/* the incarnations of the live senders are read onto the stack */
+StaticAssertDecl(NOTIF_MAX_LANES_LIMIT * sizeof(int64) <= 8192,
+				 "one incarnation per lane must fit on a sender's stack");
+
 static bool
 is_live(int64 incarnation, const int64 *live, int n_live)
 {
