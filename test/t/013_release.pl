@@ -140,6 +140,9 @@ fails_with('a bug tracker with neither web nor mailto',
 fails_with('a prereq that is not a version range',
 	sub { edit_meta($_[0], sub { $_[0]{prereqs}{runtime}{requires}{plpgsql} = 'latest' }) },
 	qr/prereqs\.runtime\.requires\.plpgsql: "latest" is not a version range/);
+fails_with('a prereq phase the spec does not know',
+	sub { edit_meta($_[0], sub { $_[0]{prereqs}{deploy} = { requires => { plpgsql => '0' } } }) },
+	qr/prereqs: unknown phase "deploy"/);
 my $custom = copy_tree();
 edit_meta($custom, sub { $_[0]{x_homepage} = 'https://example.org/' });
 ($rc, $out) = meta_check($custom);
