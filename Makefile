@@ -6,6 +6,10 @@
 #   make test            all of the above on a fresh machine (test/run)
 #   make demo            a throwaway cluster delivering the example types (test/demo)
 #   make bench           every benchmark under test/bench; writes doc/benchmarks.md (test/bench/run)
+#   make deb             the Debian package postgresql-15-notif-deliver, in build/deb/ (release/deb)
+#   make deb-check       make deb, then install, test and purge the package (release/package_check)
+#   make dist            the PGXN archive notif_deliver-<version>.zip of a tag (release/dist)
+#   make metacheck       META.json against the PGXN meta spec and the control files (release/meta_check)
 
 EXTENSION = notif_deliver
 MODULE_big = notif_deliver
@@ -62,9 +66,12 @@ $(OBJS): $(wildcard $(srcdir)/src/*.h)
 SIM = test/sim/provider_sim
 $(SIM): test/sim/provider_sim.c
 	$(MAKE) -C test/sim
+# only the TAP tests talk to it (the installed-package check runs pg_regress alone)
+ifneq ($(TAP_TESTS),)
 installcheck: $(SIM)
+endif
 
-.PHONY: test demo bench
+.PHONY: test demo bench deb deb-check dist metacheck
 test:
 	bash test/run
 
@@ -73,3 +80,17 @@ demo:
 
 bench:
 	bash test/bench/run
+
+# Releases: the packaging reads what to ship from EXTENSION, MODULE_big and
+# DATA above (make install), never from a list of its own.
+deb:
+	bash release/deb
+
+deb-check: deb
+	bash release/package_check
+
+dist:
+	bash release/dist
+
+metacheck:
+	perl release/meta_check
