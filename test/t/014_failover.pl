@@ -1,4 +1,4 @@
-# 013_failover.pl: the guarantee across a failover to a streaming standby
+# 014_failover.pl: the guarantee across a failover to a streaming standby
 # (doc/ha.md).  5,000 at_least_once and 5,000 at_most_once jobs, the
 # simulator holding every call for 200 ms; the primary stopped in immediate
 # mode with calls in flight while its standby lags (its walreceiver stopped
