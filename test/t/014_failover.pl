@@ -205,6 +205,27 @@ note("async: at_most_once claims the standby had not received: $m->{amo_exposed}
 			 WHERE application_name = 'notif_deliver sender amo' AND pid <> $pid AND wait_event = 'SyncRep'}),
 		'stall: its successor waits too');
 
+	# a cancel request ends the wait too: the calls stay back, the sender stays
+	my $successor = sender_pid_of($primary, 'amo');
+	is( $primary->safe_psql('postgres', q{
+			SELECT count(*) > 0 FROM notif_attempt a JOIN notif_job j ON j.id = a.job_id
+			 WHERE j.kind = 'amo' AND a.error = 'not sent: the synchronous standby did not confirm the claim'}),
+		't', 'stall: the claims of the stopped sender are recorded as not sent');
+	$primary->safe_psql('postgres', "SELECT pg_cancel_backend($successor)");
+	my $held = 0;
+	for (1 .. 300)
+	{
+		$held = slurp_file($primary->logfile)
+		  =~ /\[$successor\] LOG:  notif_deliver sender of lane "amo": \d+ claimed job\(s\) not sent/;
+		last if $held;
+		select(undef, undef, undef, 0.1);
+	}
+	ok($held, 'stall: a cancelled wait: its claims are held back too');
+	ok(stalled_in_sync_rep($primary, 'amo'),
+		'stall: it records them in a commit that waits for the standby again');
+	is(sender_pid_of($primary, 'amo'), $successor, 'stall: the cancelled sender goes on');
+	is(received($sim, 'amo'), 0, 'stall: and its calls never left either');
+
 	kill 'CONT', $walreceiver;
 	check_guarantee($primary, $sim, $n, what => 'stall, then resumed');
 	my $l = ledger($sim);
