@@ -27,15 +27,7 @@ sub new_pair
 	my $primary = PostgreSQL::Test::Cluster->new("${name}_primary");
 	my $standby_name = "${name}_standby";
 	$primary->init(allows_streaming => 1);
-	my %settings = (
-		shared_preload_libraries => "'notif_deliver'",
-		'notif_deliver.database' => "'postgres'",
-		'notif_deliver.poll_interval' => "'1s'",
-		restart_after_crash => 'on',
-		max_worker_processes => '20',
-		%{ $opt{conf} // {} });
-	$primary->append_conf('postgresql.conf',
-		join("\n", map { "$_ = $settings{$_}" } sort keys %settings) . "\n");
+	configure_node($primary, %{ $opt{conf} // {} });
 	$primary->start;
 	$primary->safe_psql('postgres', 'CREATE EXTENSION notif_deliver');
 	$primary->backup('base');
