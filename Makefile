@@ -7,7 +7,9 @@
 #   make demo            a throwaway cluster delivering the example types (test/demo)
 #   make bench           every benchmark under test/bench; writes doc/benchmarks.md (test/bench/run)
 
-EXTENSION = notif_deliver
+# notif_deliver_router: SQL only, on a router database in front of the shards
+# (PL/Proxy): doc/shards.md
+EXTENSION = notif_deliver notif_deliver_router
 MODULE_big = notif_deliver
 OBJS = \
 	src/notif_deliver.o \
@@ -26,9 +28,9 @@ OBJS = \
 	src/throttle.o \
 	src/workers.o
 
-DATA = $(wildcard notif_deliver--*.sql)
+DATA = $(wildcard notif_deliver--*.sql) $(wildcard notif_deliver_router--*.sql)
 
-REGRESS = setup schema enqueue enqueue_paths privileges replay stats operations upgrade
+REGRESS = setup schema enqueue enqueue_paths privileges replay stats operations shards upgrade
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 
