@@ -111,8 +111,9 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
-    -- no enqueue runs while the sequence changes (and ALTER TABLE needs it anyway)
-    LOCK TABLE @extschema@.notif_job IN SHARE ROW EXCLUSIVE MODE;
+    -- the lock ALTER TABLE takes, taken first: no enqueue runs while the
+    -- sequence changes, and no lock upgrade can deadlock with a sender
+    LOCK TABLE @extschema@.notif_job IN ACCESS EXCLUSIVE MODE;
 
     SELECT count(*) INTO misplaced FROM @extschema@.notif_job j
      WHERE j.id % shards <> shard OR (hashint8(j.user_id) & (shards - 1)) <> shard;
