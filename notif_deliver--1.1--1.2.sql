@@ -156,8 +156,14 @@ RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    s record;
 BEGIN
-    PERFORM @extschema@.notif_shard_check_user(user_id);
+    -- notif_shard_check_user, inlined (this is every routed enqueue's path)
+    SELECT n.shard, n.shards INTO s FROM @extschema@.notif_shard n;
+    IF NOT FOUND OR (hashint8(user_id) & (s.shards - 1)) <> s.shard THEN
+        PERFORM @extschema@.notif_shard_check_user(user_id);    -- raises the error
+    END IF;
     RETURN @extschema@.notif_enqueue(user_id, kind, order_id, payload, not_before);
 END;
 $$;
@@ -169,8 +175,14 @@ RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    s record;
 BEGIN
-    PERFORM @extschema@.notif_shard_check_user(user_id);
+    -- notif_shard_check_user, inlined (this is every routed enqueue's path)
+    SELECT n.shard, n.shards INTO s FROM @extschema@.notif_shard n;
+    IF NOT FOUND OR (hashint8(user_id) & (s.shards - 1)) <> s.shard THEN
+        PERFORM @extschema@.notif_shard_check_user(user_id);    -- raises the error
+    END IF;
     RETURN @extschema@.notif_enqueue(user_id, kind, order_id, payload, not_before);
 END;
 $$;

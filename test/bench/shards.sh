@@ -10,8 +10,9 @@
 #   bash test/bench/shards.sh [JOBS]          (default 200000 x BENCH_SCALE)
 #
 # For each layout: the wall time of the drain, jobs/s in all and per shard,
-# and CPU seconds per 1,000 jobs of all the shards' PostgreSQL processes
-# (senders included) and of the simulator.  On a machine with fewer cores
+# CPU seconds per 1,000 jobs of all the shards' PostgreSQL processes
+# (senders included) and of the simulator, and the WAL each job wrote
+# (bulk enqueue and delivery; the purge after the retention comes on top).  On a machine with fewer cores
 # than shards the shards share the cores: the total rate then shows the
 # machine, and the CPU per 1,000 jobs is what carries over to bigger ones.
 #
@@ -22,8 +23,9 @@
 # (postgresql-15-plproxy) and the simulator (make -C test/sim).
 # Prints a table and "RESULT name value" lines:
 #   shards_N_jobs_per_s  shards_N_jobs_per_s_per_shard  shards_N_pg_cpu_per_1k
-#   shards_N_sim_cpu_per_1k   (N = 1, 2, 4)
+#   shards_N_sim_cpu_per_1k  shards_N_wal_bytes_per_job   (N = 1, 2, 4)
 #   router_enqueue_per_s  router_enqueue_router_cpu_per_1k  router_enqueue_shards_cpu_per_1k
+#   router_enqueue_wal_bytes_per_call
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 JOBS=${1:-$(bench_scale 200000)}
@@ -86,6 +88,14 @@ node_cpu_ticks() {
 		done
 	} | awk '{ t += $1 } END { printf "%d\n", t }'
 }
+# WAL written so far by the shards 0 .. n-1, in bytes
+wal_bytes() {
+	local k total=0
+	for k in $(seq 0 $(($1 - 1))); do
+		total=$((total + $(node_psql "$k" -At -c "SELECT pg_current_wal_insert_lsn() - '0/0'")))
+	done
+	echo "$total"
+}
 shard_start() {	# index, shards
 	node_start "$1" "shared_preload_libraries = 'notif_deliver'" "notif_deliver.database = 'postgres'" \
 		"notif_deliver.max_inflight = $INFLIGHT"
@@ -105,10 +115,11 @@ drained="SELECT NOT EXISTS (SELECT 1 FROM notif_job WHERE kind = 'bench' AND sta
 echo "drain of $JOBS at_least_once jobs through 1, 2 and 4 shards (provider simulator at 0 ms, one account);"
 echo "each shard: one lane, $INFLIGHT in flight, fsync and synchronous_commit off;"
 echo "$(nproc) cores shared by every shard, the simulator and whatever else runs; $(pg_config --version)"
-printf '%-7s %9s %11s %15s %12s %12s\n' shards seconds jobs_per_s per_shard_per_s pg_cpu_1k sim_cpu_1k
+printf '%-7s %9s %11s %15s %12s %12s %9s\n' shards seconds jobs_per_s per_shard_per_s pg_cpu_1k sim_cpu_1k wal_B_job
 for n in $LAYOUTS; do
 	for k in $(seq 0 $((n - 1))); do shard_start "$k" "$n"; done
 	# the backlog: each shard gets the users the router would send it
+	w0=$(wal_bytes "$n")
 	for k in $(seq 0 $((n - 1))); do
 		node_psql "$k" -c "SELECT count(notif_enqueue(g, 'bench', 'o', '{\"to\":\"+84900000000\",\"text\":\"hello\"}'))
 		                     FROM generate_series(1, $JOBS) g WHERE hashint8(g) & ($n - 1) = $k" \
@@ -132,6 +143,7 @@ for n in $LAYOUTS; do
 	pg1=0
 	for k in $(seq 0 $((n - 1))); do pg1=$((pg1 + $(node_cpu_ticks "$k"))); done
 	sim1=$(cpu_ticks "$sim_pid")
+	w1=$(wal_bytes "$n")
 	sent=0
 	for k in $(seq 0 $((n - 1))); do
 		sent=$((sent + $(node_psql "$k" -At -c "SELECT count(*) FROM notif_job WHERE status = 'sent'")))
@@ -140,15 +152,16 @@ for n in $LAYOUTS; do
 		echo "$n shards: $sent of $JOBS jobs sent" >&2
 		exit 1
 	fi
-	read -r secs rate per pg sim <<<"$(awk -v a="$t0" -v b="$t1" -v j="$JOBS" -v n="$n" -v pg=$((pg1 - pg0)) \
-		-v sim=$((sim1 - sim0)) -v hz="$HZ" 'BEGIN { s = b - a; printf "%.2f %.0f %.0f %.4f %.4f\n",
-			s, j / s, j / s / n, pg / hz / j * 1000, sim / hz / j * 1000 }')"
-	printf '%-7s %9s %11s %15s %12s %12s\n' "$n" "$secs" "$rate" "$per" "$pg" "$sim"
-	row shards "$n" "$secs" "$rate" "$per" "$pg" "$sim"
+	read -r secs rate per pg sim wal <<<"$(awk -v a="$t0" -v b="$t1" -v j="$JOBS" -v n="$n" -v pg=$((pg1 - pg0)) \
+		-v sim=$((sim1 - sim0)) -v w=$((w1 - w0)) -v hz="$HZ" 'BEGIN { s = b - a; printf "%.2f %.0f %.0f %.4f %.4f %.0f\n",
+			s, j / s, j / s / n, pg / hz / j * 1000, sim / hz / j * 1000, w / j }')"
+	printf '%-7s %9s %11s %15s %12s %12s %9s\n' "$n" "$secs" "$rate" "$per" "$pg" "$sim" "$wal"
+	row shards "$n" "$secs" "$rate" "$per" "$pg" "$sim" "$wal"
 	result "shards_${n}_jobs_per_s" "$rate"
 	result "shards_${n}_jobs_per_s_per_shard" "$per"
 	result "shards_${n}_pg_cpu_per_1k" "$pg"
 	result "shards_${n}_sim_cpu_per_1k" "$sim"
+	result "shards_${n}_wal_bytes_per_job" "$wal"
 	for k in $(seq 0 $((n - 1))); do node_stop "$k"; done
 	node_dirs=()
 done
@@ -168,6 +181,7 @@ cat >"$BENCH_DIR/enqueue.sql" <<'SQL'
 \set u random(1, 1000000000)
 SELECT notif_enqueue(:u, 'bench', 'r' || :client_id || '-' || :u, '{"to":"+84900000000","text":"hello"}');
 SQL
+w0=$(wal_bytes 4)
 r0=$(node_cpu_ticks 4)
 s0=0
 for k in 0 1 2 3; do s0=$((s0 + $(node_cpu_ticks "$k"))); done
@@ -179,13 +193,16 @@ t1=$(date +%s.%N)
 r1=$(node_cpu_ticks 4)
 s1=0
 for k in 0 1 2 3; do s1=$((s1 + $(node_cpu_ticks "$k"))); done
+w1=$(wal_bytes 4)
 got=0
 for k in 0 1 2 3; do got=$((got + $(node_psql "$k" -At -c "SELECT count(*) FROM notif_job"))); done
-read -r rate rcpu scpu <<<"$(awk -v a="$t0" -v b="$t1" -v c="$calls" -v r=$((r1 - r0)) -v s=$((s1 - s0)) -v hz="$HZ" \
-	'BEGIN { printf "%.0f %.4f %.4f\n", c / (b - a), r / hz / c * 1000, s / hz / c * 1000 }')"
+read -r rate rcpu scpu wal <<<"$(awk -v a="$t0" -v b="$t1" -v c="$calls" -v r=$((r1 - r0)) -v s=$((s1 - s0)) \
+	-v w=$((w1 - w0)) -v hz="$HZ" \
+	'BEGIN { printf "%.0f %.4f %.4f %.0f\n", c / (b - a), r / hz / c * 1000, s / hz / c * 1000, w / c }')"
 echo
 echo "router: $calls notif_enqueue calls (random users) from $ROUTER_CLIENTS pgbench clients into 4 shards ($got jobs):"
-echo "$rate calls/s; CPU s per 1,000 calls: router $rcpu, shards $scpu (pgbench not counted)"
+echo "$rate calls/s; CPU s per 1,000 calls: router $rcpu, shards $scpu (pgbench not counted); shards' WAL $wal bytes per call"
 result router_enqueue_per_s "$rate"
 result router_enqueue_router_cpu_per_1k "$rcpu"
 result router_enqueue_shards_cpu_per_1k "$scpu"
+result router_enqueue_wal_bytes_per_call "$wal"
