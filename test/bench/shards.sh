@@ -23,7 +23,8 @@
 # (postgresql-15-plproxy) and the simulator (make -C test/sim).
 # Prints a table and "RESULT name value" lines:
 #   shards_N_jobs_per_s  shards_N_jobs_per_s_per_shard  shards_N_pg_cpu_per_1k
-#   shards_N_sim_cpu_per_1k  shards_N_wal_bytes_per_job   (N = 1, 2, 4)
+#   shards_N_sim_cpu_per_1k  shards_N_wal_bytes_per_job
+#   shards_N_disk_bytes_per_job (notif_job + notif_attempt with indexes)   (N = 1, 2, 4)
 #   router_enqueue_per_s  router_enqueue_router_cpu_per_1k  router_enqueue_shards_cpu_per_1k
 #   router_enqueue_wal_bytes_per_call
 set -euo pipefail
@@ -152,6 +153,14 @@ for n in $LAYOUTS; do
 		echo "$n shards: $sent of $JOBS jobs sent" >&2
 		exit 1
 	fi
+	# what a finished job occupies until its retention ends (the job, its
+	# attempt and their indexes), over all shards
+	disk=0
+	for k in $(seq 0 $((n - 1))); do
+		disk=$((disk + $(node_psql "$k" -At -c "VACUUM notif_job, notif_attempt" \
+			-c "SELECT pg_total_relation_size('notif_job') + pg_total_relation_size('notif_attempt')")))
+	done
+	result "shards_${n}_disk_bytes_per_job" $((disk / JOBS))
 	read -r secs rate per pg sim wal <<<"$(awk -v a="$t0" -v b="$t1" -v j="$JOBS" -v n="$n" -v pg=$((pg1 - pg0)) \
 		-v sim=$((sim1 - sim0)) -v w=$((w1 - w0)) -v hz="$HZ" 'BEGIN { s = b - a; printf "%.2f %.0f %.0f %.4f %.4f %.0f\n",
 			s, j / s, j / s / n, pg / hz / j * 1000, sim / hz / j * 1000, w / j }')"
