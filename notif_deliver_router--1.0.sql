@@ -596,7 +596,8 @@ $$;
 COMMENT ON FUNCTION notif_stats() IS 'every shard''s notif_stats, one row per shard and type';
 
 CREATE FUNCTION notif_router_workers_all(OUT shard int, OUT pid int, OUT role text, OUT lane text,
-                                         OUT state text, OUT in_flight int, OUT sent_last_minute bigint)
+                                         OUT state text, OUT in_flight int, OUT sent_last_minute bigint,
+                                         OUT config_current boolean)
 RETURNS SETOF record
 LANGUAGE plproxy
 AS $$
@@ -608,7 +609,7 @@ $$;
 -- notif_workers(): every shard's launcher and senders, each with its shard
 CREATE FUNCTION notif_workers()
 RETURNS TABLE (shard int, pid int, role text, lane text, state text,
-               in_flight int, sent_last_minute bigint)
+               in_flight int, sent_last_minute bigint, config_current boolean)
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
@@ -654,7 +655,8 @@ $$;
 COMMENT ON FUNCTION notif_counts() IS 'jobs by shard, type and status';
 
 CREATE FUNCTION notif_router_limits_all(OUT shard int, OUT provider text,
-                                        OUT rate_limit numeric, OUT max_inflight int)
+                                        OUT rate_limit numeric, OUT max_inflight int,
+                                        OUT in_flight int)
 RETURNS SETOF record
 LANGUAGE plproxy
 AS $$
@@ -666,10 +668,12 @@ $$;
 /*
  * notif_provider_limits(): each provider's cluster-wide limits, the sums
  * over the shards of what each enforces (rate_limit NULL when a shard has
- * none), with the smallest and largest share.
+ * none), with the smallest and largest share, and the calls in flight to
+ * it now on all shards together.
  */
 CREATE FUNCTION notif_provider_limits()
 RETURNS TABLE (provider text, shards int, rate_limit numeric, max_inflight bigint,
+               in_flight bigint,
                min_shard_rate_limit numeric, max_shard_rate_limit numeric,
                min_shard_max_inflight int, max_shard_max_inflight int)
 LANGUAGE plpgsql VOLATILE
@@ -681,6 +685,7 @@ BEGIN
         SELECT x.provider, count(*)::int,
                CASE WHEN count(x.rate_limit) = count(*) THEN sum(x.rate_limit) END,
                sum(x.max_inflight)::bigint,
+               sum(x.in_flight)::bigint,
                min(x.rate_limit), max(x.rate_limit), min(x.max_inflight), max(x.max_inflight)
           FROM @extschema@.notif_router_limits_all() x
          GROUP BY x.provider
