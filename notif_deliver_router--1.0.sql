@@ -220,7 +220,10 @@ BEGIN
 END;
 $$;
 
-REVOKE ALL ON FUNCTION notif_router_error(text, int, text, text, text, text, text) FROM PUBLIC;
+-- The helpers stay executable by PUBLIC: the router's functions run as
+-- their caller (SECURITY INVOKER), so that PL/Proxy connects to the shards
+-- as the caller (or as the user mapping says) and the shards' own grants
+-- apply.  A caller also needs USAGE on the cluster's foreign server.
 
 /* ---------------------------------------------------------------------
  * Enqueue: to the user's shard

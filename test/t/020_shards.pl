@@ -135,6 +135,20 @@ rsql("SELECT notif_retry($later)");
 ok(wait_until($shards[$s77], "SELECT status = 'sent' FROM notif_job WHERE id = $later"),
 	'notif_retry(job_id) through the router re-drives it on its shard (due now: sent)');
 
+# an application role: EXECUTE on notif_enqueue and USAGE on the server on
+# the router, EXECUTE on notif_shard_enqueue on the shards
+$_->safe_psql('postgres', q{CREATE ROLE app LOGIN;
+	GRANT EXECUTE ON FUNCTION notif_shard_enqueue(bigint, text, text, jsonb, timestamptz) TO app;}) for @shards;
+rsql(q{CREATE ROLE app LOGIN;
+	GRANT USAGE ON FOREIGN SERVER notif_shards TO app;
+	GRANT EXECUTE ON FUNCTION notif_enqueue(bigint, text, text, jsonb, timestamptz) TO app;});
+ok($router->safe_psql('postgres', q{SET ROLE app; SELECT notif_enqueue(78, 'otp', 'as-app')}) > 0,
+	'a role granted notif_enqueue and the server enqueues through the router');
+($rc, $out, $err) = $router->psql('postgres', q{SET ROLE app; SELECT notif_enqueue(78, 'nope', 'as-app')});
+like($err, qr/ERROR:  unknown notification type "nope"/, '... and gets the shard\'s errors');
+($rc, $out, $err) = $router->psql('postgres', q{SET ROLE app; SELECT notif_cancel(1)});
+like($err, qr/permission denied for function notif_cancel/, '... but not notif_cancel');
+
 # a shard refuses a user of another shard
 ($rc, $out, $err) = $shards[ ($s77 + 1) % $N ]->psql('postgres', q{SELECT notif_shard_enqueue(77, 'otp', 'stray')});
 like($err, qr/user 77 belongs to shard $s77, not to this shard/, 'a shard refuses to enqueue a user of another shard');
