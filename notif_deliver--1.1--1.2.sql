@@ -426,8 +426,9 @@ REVOKE ALL ON FUNCTION notif_shard_setup(int, int) FROM PUBLIC;
  * notif_shard_enqueue(...): notif_enqueue as the router calls it: refused
  * (22023, nothing written) when user_id does not belong to this shard, so
  * that a router with a wrong partition list cannot split a key's jobs over
- * two shards (each would deduplicate on its own).  The same two signatures
- * and result as notif_enqueue.
+ * two shards (each would deduplicate on its own).  notif_enqueue's text
+ * signature and result (the router sends a bigint order_id as its text,
+ * as notif_enqueue itself stores it).
  */
 CREATE FUNCTION notif_shard_enqueue(user_id bigint, kind text, order_id text,
                                     payload jsonb DEFAULT '{}',
@@ -448,30 +449,9 @@ BEGIN
 END;
 $$;
 
-CREATE FUNCTION notif_shard_enqueue(user_id bigint, kind text, order_id bigint,
-                                    payload jsonb DEFAULT '{}',
-                                    not_before timestamptz DEFAULT NULL)
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    s record;
-BEGIN
-    -- notif_shard_check_user, inlined (this is every routed enqueue's path)
-    SELECT n.shard, n.shards INTO s FROM @extschema@.notif_shard n;
-    IF NOT FOUND OR (hashint8(user_id) & (s.shards - 1)) <> s.shard THEN
-        PERFORM @extschema@.notif_shard_check_user(user_id);    -- raises the error
-    END IF;
-    RETURN @extschema@.notif_enqueue(user_id, kind, order_id, payload, not_before);
-END;
-$$;
-
 COMMENT ON FUNCTION notif_shard_enqueue(bigint, text, text, jsonb, timestamptz) IS 'notif_enqueue for the router: refuses a user of another shard';
-COMMENT ON FUNCTION notif_shard_enqueue(bigint, text, bigint, jsonb, timestamptz) IS 'notif_enqueue for the router: refuses a user of another shard';
 
 REVOKE ALL ON FUNCTION notif_shard_enqueue(bigint, text, text, jsonb, timestamptz) FROM PUBLIC;
-REVOKE ALL ON FUNCTION notif_shard_enqueue(bigint, text, bigint, jsonb, timestamptz) FROM PUBLIC;
 
 /*
  * notif_shard_check_user(user_id): an error (22023) unless the user belongs

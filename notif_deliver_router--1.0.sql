@@ -229,6 +229,7 @@ $$;
  * Enqueue: to the user's shard
  * --------------------------------------------------------------------- */
 
+-- the call on the user's shard (internal)
 CREATE FUNCTION notif_router_enqueue(user_id bigint, kind text, order_id text,
                                      payload jsonb, not_before timestamptz)
 RETURNS bigint
@@ -239,14 +240,29 @@ AS $$
     TARGET notif_shard_enqueue;
 $$;
 
-CREATE FUNCTION notif_router_enqueue(user_id bigint, kind text, order_id bigint,
-                                     payload jsonb, not_before timestamptz)
+-- the router's enqueue, with the shard named in its errors (internal)
+CREATE FUNCTION notif_router_enqueue_named(user_id bigint, kind text, order_id text,
+                                           payload jsonb, not_before timestamptz)
 RETURNS bigint
-LANGUAGE plproxy
+LANGUAGE plpgsql VOLATILE
 AS $$
-    CLUSTER @extschema@.notif_router_cluster();
-    RUN ON hashint8(user_id);
-    TARGET notif_shard_enqueue;
+DECLARE
+    st text; msg text; det text; hnt text;
+BEGIN
+    IF user_id IS NULL THEN
+        RAISE EXCEPTION 'user_id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    BEGIN
+        RETURN @extschema@.notif_router_enqueue(user_id, kind, order_id, payload, not_before);
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT,
+                                det = PG_EXCEPTION_DETAIL, hnt = PG_EXCEPTION_HINT;
+        PERFORM @extschema@.notif_router_error('notif_enqueue', @extschema@.notif_router_shard_of_user(user_id),
+                                               st, msg, nullif(det, ''), nullif(hnt, ''),
+                                               'The other shards'' users are not affected. Enqueue again with the same key when the shard is back: a job the lost call created is returned, never doubled.');
+        RETURN NULL;
+    END;
+END;
 $$;
 
 /*
@@ -255,56 +271,21 @@ $$;
  * commits on the user's shard when it returns.  An unreachable shard is an
  * error (08006) that names it; calling again with the same key is safe
  * (the shard's unique key returns the job if the lost call had created it).
+ * An order_id bigint travels as its text, which is how a shard stores it.
  */
 CREATE FUNCTION notif_enqueue(user_id bigint, kind text, order_id text,
                               payload jsonb DEFAULT '{}',
                               not_before timestamptz DEFAULT NULL)
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    st text; msg text; det text; hnt text;
-BEGIN
-    IF user_id IS NULL THEN
-        RAISE EXCEPTION 'user_id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    BEGIN
-        RETURN @extschema@.notif_router_enqueue(user_id, kind, order_id, payload, not_before);
-    EXCEPTION WHEN OTHERS THEN
-        GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT,
-                                det = PG_EXCEPTION_DETAIL, hnt = PG_EXCEPTION_HINT;
-        PERFORM @extschema@.notif_router_error('notif_enqueue', @extschema@.notif_router_shard_of_user(user_id),
-                                               st, msg, nullif(det, ''), nullif(hnt, ''),
-                                               'The other shards'' users are not affected. Enqueue again with the same key when the shard is back: a job the lost call created is returned, never doubled.');
-        RETURN NULL;
-    END;
-END;
-$$;
+LANGUAGE sql VOLATILE
+RETURN @extschema@.notif_router_enqueue_named(user_id, kind, order_id, payload, not_before);
 
 CREATE FUNCTION notif_enqueue(user_id bigint, kind text, order_id bigint,
                               payload jsonb DEFAULT '{}',
                               not_before timestamptz DEFAULT NULL)
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    st text; msg text; det text; hnt text;
-BEGIN
-    IF user_id IS NULL THEN
-        RAISE EXCEPTION 'user_id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    BEGIN
-        RETURN @extschema@.notif_router_enqueue(user_id, kind, order_id, payload, not_before);
-    EXCEPTION WHEN OTHERS THEN
-        GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT,
-                                det = PG_EXCEPTION_DETAIL, hnt = PG_EXCEPTION_HINT;
-        PERFORM @extschema@.notif_router_error('notif_enqueue', @extschema@.notif_router_shard_of_user(user_id),
-                                               st, msg, nullif(det, ''), nullif(hnt, ''),
-                                               'The other shards'' users are not affected. Enqueue again with the same key when the shard is back: a job the lost call created is returned, never doubled.');
-        RETURN NULL;
-    END;
-END;
-$$;
+LANGUAGE sql VOLATILE
+RETURN @extschema@.notif_router_enqueue_named(user_id, kind, order_id::text, payload, not_before);
 
 COMMENT ON FUNCTION notif_enqueue(bigint, text, text, jsonb, timestamptz) IS 'enqueue on the user''s shard; a repeated (user_id, kind, order_id) returns the existing job id';
 COMMENT ON FUNCTION notif_enqueue(bigint, text, bigint, jsonb, timestamptz) IS 'enqueue on the user''s shard; a repeated (user_id, kind, order_id) returns the existing job id';

@@ -34,7 +34,7 @@ SELECT notif_shard_setup(2, 4);
 SELECT notif_shard_setup(2, 4);     -- idempotent
 SELECT u AS user_id, notif_shard_enqueue(u, 'otp', 'shard-two') % 4 AS id_mod_4
   FROM generate_series(1, 40) u WHERE hashint8(u) & 3 = 2 LIMIT 3;
-SELECT notif_shard_enqueue(u, 'otp', 77::bigint) % 4 AS id_mod_4
+SELECT notif_shard_enqueue(u, 'otp', '77') % 4 AS id_mod_4
   FROM generate_series(1, 40) u WHERE hashint8(u) & 3 = 2 LIMIT 1;
 -- a user of shard 0 is refused here (nothing written)
 SELECT try(format($$SELECT notif_shard_enqueue(%s, 'otp', 'stray')$$,

@@ -121,6 +121,10 @@ is( rsql(q{SELECT string_agg(shard || ':' || sent, ' ' ORDER BY shard) FROM noti
 is(rsql(q{SELECT count(DISTINCT shard) FROM notif_workers() WHERE role = 'launcher' AND pid IS NOT NULL}),
 	$N, 'notif_workers: each shard\'s launcher');
 
+# an order_id bigint is the text of its number, as on a shard
+is(rsql(q{SELECT notif_enqueue(5, 'otp', 123456789012::bigint)}), rsql(q{SELECT notif_enqueue(5, 'otp', '123456789012')}),
+	'notif_enqueue with a bigint order_id is the job of its text');
+
 # --- one job: cancel and retry go to the shard its id names ---
 my $later = rsql(q{SELECT notif_enqueue(77, 'otp', 'later', '{}', now() + interval '1 hour')});
 my $s77 = shard_of(77);
