@@ -46,25 +46,11 @@ node_port() { echo $((BENCH_PORT + $1)); }
 node_psql() { local i=$1; shift; PGHOST=$BENCH_DIR/n$i PGPORT=$(node_port "$i") cluster_psql "$@"; }
 export PGUSER=postgres PGDATABASE=postgres
 node_start() {	# index, extra conf lines
-	local i=$1 d=$BENCH_DIR/n$1
+	local i=$1
 	shift
-	mkdir -p "$d"
-	chown postgres "$d" 2>/dev/null || true
-	cluster_as "$PG_BINDIR/initdb" -D "$d/data" -U postgres -A trust --no-sync >"$d/initdb.log" 2>&1 ||
-		{ cat "$d/initdb.log"; return 1; }
-	{
-		echo "port = $(node_port "$i")"
-		echo "listen_addresses = ''"
-		echo "unix_socket_directories = '$d'"
-		echo "fsync = off"
-		echo "synchronous_commit = off"
-		echo "max_wal_size = '4GB'"
-		echo "checkpoint_timeout = '30min'"
-		for line in "$@"; do echo "$line"; done
-	} >>"$d/data/postgresql.conf"
-	cluster_as "$PG_BINDIR/pg_ctl" -D "$d/data" -l "$d/server.log" -w start >/dev/null ||
-		{ cat "$d/server.log"; return 1; }
-	node_dirs+=("$d")
+	cluster_create "$BENCH_DIR/n$i" "$(node_port "$i")" "synchronous_commit = off" "max_wal_size = '4GB'" \
+		"checkpoint_timeout = '30min'" "$@"
+	node_dirs+=("$BENCH_DIR/n$i")
 }
 node_stop() {
 	cluster_as "$PG_BINDIR/pg_ctl" -D "$BENCH_DIR/n$1/data" -m immediate stop >/dev/null 2>&1 || true
@@ -78,17 +64,7 @@ nodes_cleanup() {
 	bench_cleanup
 }
 trap nodes_cleanup EXIT
-# CPU the cluster of node i has used so far (live processes and reaped ones)
-node_cpu_ticks() {
-	local pm p
-	pm=$(head -1 "$BENCH_DIR/n$1/data/postmaster.pid")
-	{
-		awk '{ print $14 + $15 + $16 + $17 }' "/proc/$pm/stat"
-		for p in $(ps -o pid= --ppid "$pm"); do
-			awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || true
-		done
-	} | awk '{ t += $1 } END { printf "%d\n", t }'
-}
+node_cpu_ticks() { cluster_cpu_ticks "$BENCH_DIR/n$1"; }
 # WAL written so far by the shards 0 .. n-1, in bytes
 wal_bytes() {
 	local k total=0
