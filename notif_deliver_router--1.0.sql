@@ -372,46 +372,35 @@ REVOKE ALL ON FUNCTION notif_retry(bigint, boolean) FROM PUBLIC;
  * each shard did (a shard that did its part has committed it)
  * --------------------------------------------------------------------- */
 
-CREATE FUNCTION notif_router_retry_on(part int, kind text, since timestamptz, force boolean)
-RETURNS bigint
-LANGUAGE plproxy
-AS $$
-    CLUSTER @extschema@.notif_router_cluster();
-    RUN ON part;
-    SELECT notif_retry(kind, since, force);
-$$;
-
 /*
- * notif_retry(kind, since, force): on every shard, as on one; returns the
- * total.  If a shard fails, the others have still re-driven their jobs:
- * the error (the first failure's SQLSTATE; 08006 for an unreachable
- * shard) lists what each shard did.  Running it again is safe: re-driven
- * jobs are queued, so a shard that did its part finds nothing more to do.
+ * notif_router_on_each_shard(fn, query, done_others, done_none): run a
+ * query on every shard, one after the other, and return each shard's
+ * result.  query is a SELECT of two columns, what the shard did (text, for
+ * the report) and its result (jsonb), with $1 for the partition number.
+ * When a shard fails, the others have still committed their part: then an
+ * error (the first failure's SQLSTATE; 08006 for an unreachable shard)
+ * whose detail lists what each shard did, in shard order.  Internal.
  */
-CREATE FUNCTION notif_retry(kind text, since timestamptz, force boolean DEFAULT false)
-RETURNS bigint
+CREATE FUNCTION notif_router_on_each_shard(fn text, query text, done_others text, done_none text)
+RETURNS TABLE (shard int, result jsonb)
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     n int := @extschema@.notif_router_shards();
-    total bigint := 0;
-    got bigint;
-    report text[] := '{}';      -- what each shard did, in shard order
+    report text[] := '{}';
     done int := 0;
     failed int := 0;
     first_state text;
+    said text;
     st text; msg text;
 BEGIN
-    IF kind IS NULL OR since IS NULL OR force IS NULL THEN
-        RAISE EXCEPTION 'notif_retry: kind, since and force must not be null'
-            USING ERRCODE = 'null_value_not_allowed';
-    END IF;
     FOR p IN 0 .. n - 1 LOOP
         BEGIN
-            got := @extschema@.notif_router_retry_on(p, kind, since, force);
-            total := total + got;
-            report := report || format('shard %s re-drove %s', p, got);
+            EXECUTE query INTO said, result USING p;
+            shard := p;
+            report := report || format('shard %s %s', p, said);
             done := done + 1;
+            RETURN NEXT;
         EXCEPTION WHEN OTHERS THEN
             GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
             IF @extschema@.notif_router_unreachable_error(st, msg) THEN
@@ -426,19 +415,53 @@ BEGIN
         END;
     END LOOP;
     IF failed > 0 THEN
-        RAISE EXCEPTION 'notif_retry: % of % shards failed; %', failed, n,
-                        CASE WHEN done > 0 THEN 'the others re-drove their jobs' ELSE 'none re-drove a job' END
+        RAISE EXCEPTION '%: % of % shards failed; %', fn, failed, n,
+                        CASE WHEN done > 0 THEN done_others ELSE done_none END
             USING ERRCODE = first_state,
                   DETAIL = array_to_string(report, '; ') || '.',
-                  HINT = 'Call it again when the failing shards are back: the shards that re-drove theirs find nothing more to do.';
+                  HINT = 'Call it again when the failing shards are back: it is safe to repeat.';
     END IF;
-    RETURN total;
+END;
+$$;
+
+CREATE FUNCTION notif_router_retry_on(part int, kind text, since timestamptz, force boolean)
+RETURNS bigint
+LANGUAGE plproxy
+AS $$
+    CLUSTER @extschema@.notif_router_cluster();
+    RUN ON part;
+    SELECT notif_retry(kind, since, force);
+$$;
+
+/*
+ * notif_retry(kind, since, force): on every shard, as on one; returns the
+ * total.  If a shard fails, the others have still re-driven their jobs:
+ * the error says what each shard did.  Running it again is safe: re-driven
+ * jobs are queued, so a shard that did its part finds nothing more to do.
+ */
+CREATE FUNCTION notif_retry(kind text, since timestamptz, force boolean DEFAULT false)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF kind IS NULL OR since IS NULL OR force IS NULL THEN
+        RAISE EXCEPTION 'notif_retry: kind, since and force must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    RETURN (SELECT coalesce(sum((e.result #>> '{}')::bigint), 0)::bigint
+              FROM @extschema@.notif_router_on_each_shard('notif_retry',
+                       format('SELECT ''re-drove '' || n, to_jsonb(n) FROM @extschema@.notif_router_retry_on($1, %L, %L, %L) n',
+                              kind, since, force),
+                       'the others re-drove their jobs', 'none re-drove a job') e);
 END;
 $$;
 
 COMMENT ON FUNCTION notif_retry(text, timestamptz, boolean) IS 're-drive the failed and expired jobs of a type on every shard; returns how many';
 
 REVOKE ALL ON FUNCTION notif_retry(text, timestamptz, boolean) FROM PUBLIC;
+
+-- what a shard set (internal)
+CREATE TYPE notif_router_shard_limits AS (shard int, shard_rate_limit numeric, shard_max_inflight int);
 
 CREATE FUNCTION notif_router_set_limits_on(part int, provider text, rate_limit numeric, max_inflight int,
                                            OUT shard int, OUT shard_rate_limit numeric,
@@ -457,7 +480,7 @@ $$;
  * shard an even share of the cluster-wide figures (rate_limit / shards;
  * max_inflight split so that the shares add up to it).  rate_limit NULL:
  * no limit.  One row per shard with what it set.  If a shard fails, the
- * others have set theirs: the error lists what each shard did, and running
+ * others have set theirs: the error says what each shard did, and running
  * it again is safe.
  */
 CREATE FUNCTION notif_set_provider_limits(provider text, rate_limit numeric, max_inflight int)
@@ -466,12 +489,6 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     n int := @extschema@.notif_router_shards();
-    r record;
-    report text[] := '{}';      -- what each shard did, in shard order
-    done int := 0;
-    failed int := 0;
-    first_state text;
-    st text; msg text;
 BEGIN
     -- checked here first, so that bad input changes no shard
     IF provider IS NULL OR max_inflight IS NULL THEN
@@ -488,36 +505,15 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
-    FOR p IN 0 .. n - 1 LOOP
-        BEGIN
-            SELECT * INTO r FROM @extschema@.notif_router_set_limits_on(p, provider, rate_limit, max_inflight);
-            shard := r.shard;
-            shard_rate_limit := r.shard_rate_limit;
-            shard_max_inflight := r.shard_max_inflight;
-            report := report || format('shard %s set rate_limit %s, max_inflight %s',
-                                       p, coalesce(r.shard_rate_limit::text, 'NULL'), r.shard_max_inflight);
-            done := done + 1;
-            RETURN NEXT;
-        EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
-            IF @extschema@.notif_router_unreachable_error(st, msg) THEN
-                st := '08006';
-                msg := 'unreachable: ' || @extschema@.notif_router_message(msg);
-            ELSE
-                msg := @extschema@.notif_router_message(msg);
-            END IF;
-            first_state := coalesce(first_state, st);
-            report := report || format('shard %s failed (%s): %s', p, st, msg);
-            failed := failed + 1;
-        END;
-    END LOOP;
-    IF failed > 0 THEN
-        RAISE EXCEPTION 'notif_set_provider_limits: % of % shards failed; %', failed, n,
-                        CASE WHEN done > 0 THEN 'the others set their share' ELSE 'none changed' END
-            USING ERRCODE = first_state,
-                  DETAIL = array_to_string(report, '; ') || '.',
-                  HINT = 'Call it again when the failing shards are back (it is idempotent). Until then the cluster-wide figure is not what was asked.';
-    END IF;
+    RETURN QUERY
+        SELECT r.shard, r.shard_rate_limit, r.shard_max_inflight
+          FROM @extschema@.notif_router_on_each_shard('notif_set_provider_limits',
+                   format('SELECT format(''set rate_limit %%s, max_inflight %%s'', coalesce(l.shard_rate_limit::text, ''NULL''), l.shard_max_inflight), to_jsonb(l)
+                             FROM @extschema@.notif_router_set_limits_on($1, %L, %L, %L) l',
+                          provider, rate_limit, max_inflight),
+                   'the others set their share', 'none changed') e,
+               jsonb_populate_record(NULL::@extschema@.notif_router_shard_limits, e.result) r
+         ORDER BY r.shard;
 END;
 $$;
 
