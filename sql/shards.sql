@@ -1,6 +1,6 @@
 -- shards: a database becomes shard k of n (doc/shards.md); its job ids then
 -- name the shard.  The router side (notif_deliver_router, PL/Proxy) is
--- tested with four shard clusters in test/t/020_shards.pl.
+-- tested with four shard clusters in test/t/021_shards.pl.
 
 -- not a shard yet: the shard functions say so
 SELECT try($$SELECT notif_shard_info()$$);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test/deps.sh: install the packages that building and testing notif_deliver
 # need, on Debian 12, if any is missing (postgresql-15-plproxy is for the
-# router extension notif_deliver_router and test/t/020_shards.pl).  Root
+# router extension notif_deliver_router and test/t/021_shards.pl).  Root
 # uses apt directly; anyone else gets told what to install.  With --bench,
 # also what `make bench` needs (gnuplot-nox for the charts).
 #
@@ -13,9 +13,12 @@
 # already there is put back after), and one found running afterwards is
 # stopped.
 set -euo pipefail
+# libssl-dev: push tokens are signed with OpenSSL (src/token.c); nghttp2-proxy
+# (nghttpx, the HTTP/2 TLS front) and libcryptx-perl (verifying RS256/ES256)
+# for the push test test/t/020_push.pl
 packages=(make gcc libc6-dev postgresql-15 postgresql-server-dev-15 postgresql-client-15
-	libcurl4-openssl-dev libipc-run-perl openssl bc procps curl
-	postgresql-15-plproxy)
+	libcurl4-openssl-dev libssl-dev libipc-run-perl openssl bc procps curl
+	nghttp2-proxy libcryptx-perl postgresql-15-plproxy)
 [ "${1:-}" = --bench ] && packages+=(gnuplot-nox)
 optional=(kannel kannel-extras)
 

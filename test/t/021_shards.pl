@@ -1,4 +1,4 @@
-# 020_shards.pl: four shards (each its own cluster with notif_deliver) behind
+# 021_shards.pl: four shards (each its own cluster with notif_deliver) behind
 # a router (notif_deliver_router over PL/Proxy), one provider simulator.
 # Racing enqueues through the router end with one job per key, on its
 # user's shard, whose id names the shard; the place_order outbox of
