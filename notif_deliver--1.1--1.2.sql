@@ -428,8 +428,8 @@ COMMENT ON FUNCTION notif_shard_info() IS 'this shard''s number and the number o
  * is congruent to its number and ids never collide across shards; the
  * router sends notif_cancel(id) and notif_retry(id) to shard id % shards.
  * Refused when the table holds jobs that contradict it (ids or users of
- * another shard).  Idempotent: run it again after a restore (pg_dump keeps
- * notif_shard's row but not the sequence's step).
+ * another shard).  Idempotent: run it again after a restore from pg_dump
+ * (it sets the sequence's step and start again).
  */
 CREATE FUNCTION notif_shard_setup(shard int, shards int)
 RETURNS void
