@@ -260,23 +260,21 @@ END;
 $$;
 
 /*
- * notif_workers() gains config_current: whether the process has read the
- * configuration as last committed (a change to notif_type or
- * notif_provider reaches a sender at its next round).
+ * notif_config_applied(lane): whether the sender of the lane (without a
+ * lane: the launcher and every sender) has read the configuration as last
+ * committed.  A change to notif_type or notif_provider reaches a sender at
+ * its next round; this says when it has.  (A function of its own, so that
+ * notif_workers() keeps its 1.1 signature, its grants and the views over it.)
  */
-DROP FUNCTION notif_workers();
-
-CREATE FUNCTION notif_workers(OUT pid int, OUT role text, OUT lane text, OUT state text,
-                              OUT in_flight int, OUT sent_last_minute bigint,
-                              OUT config_current boolean)
-RETURNS SETOF record
+CREATE FUNCTION notif_config_applied(lane text DEFAULT NULL)
+RETURNS boolean
 LANGUAGE c VOLATILE
-AS 'MODULE_PATHNAME', 'notif_workers';
+AS 'MODULE_PATHNAME', 'notif_config_applied';
 
-COMMENT ON FUNCTION notif_workers() IS 'the launcher and the senders: pid, lane, state, calls in flight, jobs sent in the last minute, whether it has read the latest configuration';
+COMMENT ON FUNCTION notif_config_applied(text) IS 'whether the lane''s sender (default: every process) has read the latest committed configuration';
 
-REVOKE ALL ON FUNCTION notif_workers() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION notif_workers() TO pg_monitor;
+REVOKE ALL ON FUNCTION notif_config_applied(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION notif_config_applied(text) TO pg_monitor;
 
 /*
  * notif_provider_slots(): the providers' limits in shared memory: one row

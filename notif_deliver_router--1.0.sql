@@ -576,8 +576,7 @@ $$;
 COMMENT ON FUNCTION notif_stats() IS 'every shard''s notif_stats, one row per shard and type';
 
 CREATE FUNCTION notif_router_workers_all(OUT shard int, OUT pid int, OUT role text, OUT lane text,
-                                         OUT state text, OUT in_flight int, OUT sent_last_minute bigint,
-                                         OUT config_current boolean)
+                                         OUT state text, OUT in_flight int, OUT sent_last_minute bigint)
 RETURNS SETOF record
 LANGUAGE plproxy
 AS $$
@@ -589,7 +588,7 @@ $$;
 -- notif_workers(): every shard's launcher and senders, each with its shard
 CREATE FUNCTION notif_workers()
 RETURNS TABLE (shard int, pid int, role text, lane text, state text,
-               in_flight int, sent_last_minute bigint, config_current boolean)
+               in_flight int, sent_last_minute bigint)
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
