@@ -472,7 +472,8 @@ hold_back_claimed(void)
 		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
 
 		dlist_delete(&call->node);
-		call->error = pstrdup("not sent: the synchronous standby did not confirm the claim");
+		call->error = MemoryContextStrdup(call->cxt,
+										  "not sent: the synchronous standby did not confirm the claim");
 		never_started(call, OUTCOME_UNREACHED);
 		n++;
 	}
