@@ -297,13 +297,24 @@ notif_sql_prepare(void)
 	return true;
 }
 
+/* Run a plan, with a snapshot of its own (InvalidSnapshot) or the one given. */
 static void
-run(int plan, Datum *values, const char *nulls, bool read_only, int expect)
+run_with(int plan, Datum *values, const char *nulls, bool read_only, int expect,
+		 Snapshot snapshot)
 {
-	int			ret = SPI_execute_plan(plans[plan].plan, values, nulls, read_only, 0);
+	int			ret = (snapshot == InvalidSnapshot)
+		? SPI_execute_plan(plans[plan].plan, values, nulls, read_only, 0)
+		: SPI_execute_snapshot(plans[plan].plan, values, nulls, snapshot,
+							   InvalidSnapshot, read_only, true, 0);
 
 	if (ret != expect)
 		elog(ERROR, "notif_deliver: statement %d failed: %s", plan, SPI_result_code_string(ret));
+}
+
+static void
+run(int plan, Datum *values, const char *nulls, bool read_only, int expect)
+{
+	run_with(plan, values, nulls, read_only, expect, InvalidSnapshot);
 }
 
 static Datum
@@ -425,7 +436,7 @@ notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out)
 
 int
 notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, int64 incarnation,
-				MemoryContext cxt, NotifClaimedJob **out)
+				Snapshot snapshot, MemoryContext cxt, NotifClaimedJob **out)
 {
 	const NotifTransitionRow *claimed = notif_claim_row(delivery, false);
 	const NotifTransitionRow *late = notif_claim_row(delivery, true);
@@ -439,7 +450,7 @@ notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, int64 incar
 	uint64		i;
 
 	Assert(claimed->holds && !late->holds && late->tries == TRIES_KEPT);
-	run(PLAN_CLAIM, values, NULL, false, SPI_OK_UPDATE_RETURNING);
+	run_with(PLAN_CLAIM, values, NULL, false, SPI_OK_UPDATE_RETURNING, snapshot);
 	jobs = MemoryContextAllocZero(cxt, sizeof(NotifClaimedJob) * Max(SPI_processed, 1));
 	for (i = 0; i < SPI_processed; i++)
 	{
