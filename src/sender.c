@@ -114,7 +114,11 @@ wait_timeout_ms(TimestampTz now, bool room)
 	if (sender.backoff_until > now)
 		wake = sender.backoff_until;
 	else if (sender_has_work())
-		return 0;
+	{
+		if (sender.record_at <= now)
+			return 0;
+		wake = sender.record_at;	/* more results may come first */
+	}
 	else if (room)
 		wake = sender.claim_at;
 	if (sender.trim_pending && sender.idle_since != 0)
@@ -196,6 +200,7 @@ notif_sender_main(Datum arg)
 		int			n,
 					i;
 		bool		sockets_ready = false;
+		bool		woken = false;
 		TimestampTz now;
 		bool		room;
 		volatile bool want_claim;
@@ -211,6 +216,7 @@ notif_sender_main(Datum arg)
 			{
 				ResetLatch(MyLatch);
 				sender.claim_at = 0;	/* woken: an enqueue committed, or a change */
+				woken = true;
 			}
 			if (events[i].events & WL_SOCKET_READABLE)
 				sockets_ready = true;
@@ -225,6 +231,7 @@ notif_sender_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			sender.claim_at = 0;
+			woken = true;
 		}
 		if (pg_atomic_read_u64(&notif_shared->config_generation) != sender.config_generation)
 			sender.config_stale = true;
@@ -237,6 +244,10 @@ notif_sender_main(Datum arg)
 		room = notif_http_inflight() < notif_max_inflight;
 		want_claim = room && sender.claim_at <= now;
 		if (!want_claim && !sender_has_work())
+			continue;
+		/* results trickling in: wait a little for more (sender_batch.c) */
+		sender.record_at = sender_record_due(woken);
+		if (sender.record_at > now)
 			continue;
 
 		PG_TRY();
