@@ -17,11 +17,16 @@
 #
 # Environment: COST_BASE_PG_CONFIG (required: the baseline installation,
 # with notif_deliver installed in it); COST_ROUNDS [5]; COST_LATENCIES
-# ["0 50"]; COST_DELIVERY [at_least_once]; BENCH_PORT (the clusters use it
+# ["0 50"]; COST_DELIVERY [at_least_once]; COST_SQL_BASE, COST_SQL_NEW (SQL
+# run once in that build's cluster after the setup, e.g. to try a storage
+# parameter: COST_SQL_NEW="ALTER TABLE notif_job SET (fillfactor = 70)"
+# with both builds the same); BENCH_PORT (the clusters use it
 # and BENCH_PORT + 1), BENCH_SIM_PORT (see test/bench/lib.sh).  Needs the
 # simulator built (make -C test/sim).
 # Prints a table, then "RESULT cost_<build>_<latency>ms_<what> value" lines
-# (what: jobs_per_s, cpu_per_1k, sender_cpu_per_1k, wal_bytes_per_job).
+# (what: jobs_per_s, cpu_per_1k, sender_cpu_per_1k, wal_bytes_per_job,
+# commits_per_1k: transactions committed in the cluster per 1,000 jobs, the
+# sender's rounds and this script's few polls).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 JOBS=${1:-30000}
@@ -74,15 +79,19 @@ UPDATE notif_provider SET url = 'http://127.0.0.1:$SIM/send', idempotency_header
 INSERT INTO notif_type (code, delivery, max_tries, lane, paused)
 VALUES ('bench', '$DELIVERY', 3, 'bench', true);
 SQL
+	extra=COST_SQL_${b^^}
+	[ -z "${!extra:-}" ] || cluster_psql -c "${!extra}"
 done
 
+# the sender's commits (and the few of this script's polls): its rounds
+commits="SELECT sum(xact_commit) FROM pg_stat_database"
 drained="SELECT NOT EXISTS (SELECT 1 FROM notif_job WHERE kind = 'bench' AND status = 'queued')
             AND NOT EXISTS (SELECT 1 FROM notif_job WHERE claimed_by IS NOT NULL)"
 
 # drain one backlog with one build at one latency; prints
 # "build latency seconds jobs_per_s cpu_per_1k sender_cpu_per_1k wal_per_job"
 drain() {
-	local b=$1 latency=$2 pg0 pg1 t0 t1 lsn0 wal snd sent
+	local b=$1 latency=$2 pg0 pg1 t0 t1 lsn0 wal snd sent x0 x1
 	use "$b"
 	sim_get "$SIM" "/config?latency_ms=$latency" >/dev/null
 	sim_get "$SIM" /reset >/dev/null
@@ -90,6 +99,7 @@ drain() {
 		-c "SELECT count(notif_enqueue(g, 'bench', 'o', '{\"to\":\"+84900000000\",\"text\":\"hello\"}')) FROM generate_series(1, $JOBS) g" \
 		-c "VACUUM ANALYZE notif_job" -c "CHECKPOINT" >/dev/null
 	lsn0=$(cluster_psql -At -c "SELECT pg_current_wal_lsn()")
+	x0=$(cluster_psql -At -c "$commits")
 	pg0=$(cluster_cpu_ticks)
 	t0=$(date +%s.%N)
 	cluster_psql -c "UPDATE notif_type SET paused = false WHERE code = 'bench'" >/dev/null
@@ -100,6 +110,7 @@ drain() {
 	pg1=$(cluster_cpu_ticks)
 	snd=$(cpu_ticks $(sender_pids))
 	wal=$(cluster_psql -At -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn0')")
+	x1=$(cluster_psql -At -c "$commits")
 	cluster_psql -c "UPDATE notif_type SET paused = true WHERE code = 'bench'" >/dev/null
 	sent=$(cluster_psql -At -c "SELECT count(*) FROM notif_job WHERE status = 'sent'")
 	if [ "$sent" != "$JOBS" ]; then
@@ -109,15 +120,15 @@ drain() {
 	fi
 	wait_sql "SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'notif_deliver sender'" 30
 	awk -v b="$b" -v l="$latency" -v t0="$t0" -v t1="$t1" -v n="$JOBS" -v pg=$((pg1 - pg0)) \
-		-v snd="$snd" -v wal="$wal" -v hz="$HZ" 'BEGIN {
+		-v snd="$snd" -v wal="$wal" -v hz="$HZ" -v x=$((x1 - x0)) 'BEGIN {
 		s = t1 - t0
-		printf "%s %s %.3f %.0f %.4f %.4f %.0f\n", b, l, s, n / s, pg / hz / n * 1000,
-			snd / hz / n * 1000, wal / n }'
+		printf "%s %s %.3f %.0f %.4f %.4f %.0f %.1f\n", b, l, s, n / s, pg / hz / n * 1000,
+			snd / hz / n * 1000, wal / n, x / n * 1000 }'
 }
 
 echo "sender cost: $JOBS $DELIVERY jobs per drain, $INFLIGHT in flight, $ROUNDS rounds;"
 echo "base: ${bindir[base]}, new: ${bindir[new]}; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-5s %-5s %8s %8s %10s %10s %14s %10s\n' round build latency seconds jobs_per_s cpu_1k sender_cpu_1k wal_per_job
+printf '%-5s %-5s %8s %8s %10s %10s %14s %10s %11s\n' round build latency seconds jobs_per_s cpu_1k sender_cpu_1k wal_per_job commits_1k
 rows=()
 for round in $(seq 1 "$ROUNDS"); do
 	order=$builds
@@ -126,8 +137,8 @@ for round in $(seq 1 "$ROUNDS"); do
 		for b in $order; do
 			r=$(drain "$b" "$latency")
 			rows+=("$r")
-			read -r rb rl s j c sc w <<<"$r"
-			printf '%-5s %-5s %6sms %8.2f %10s %10.4f %14.4f %10s\n' "$round" "$rb" "$rl" "$s" "$j" "$c" "$sc" "$w"
+			read -r rb rl s j c sc w x <<<"$r"
+			printf '%-5s %-5s %6sms %8.2f %10s %10.4f %14.4f %10s %11s\n' "$round" "$rb" "$rl" "$s" "$j" "$c" "$sc" "$w" "$x"
 		done
 	done
 done
@@ -137,14 +148,16 @@ median() {	# build latency column
 		sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'
 }
 echo "medians (load now $(cut -d' ' -f1-3 /proc/loadavg)):"
-printf '%-5s %-7s %10s %10s %14s %10s\n' build latency jobs_per_s cpu_1k sender_cpu_1k wal_per_job
+printf '%-5s %-7s %10s %10s %14s %10s %11s\n' build latency jobs_per_s cpu_1k sender_cpu_1k wal_per_job commits_1k
 for latency in $LATENCIES; do
 	for b in $builds; do
-		printf '%-5s %5sms %10s %10.4f %14.4f %10s\n' "$b" "$latency" "$(median "$b" "$latency" 4)" \
-			"$(median "$b" "$latency" 5)" "$(median "$b" "$latency" 6)" "$(median "$b" "$latency" 7)"
+		printf '%-5s %5sms %10s %10.4f %14.4f %10s %11s\n' "$b" "$latency" "$(median "$b" "$latency" 4)" \
+			"$(median "$b" "$latency" 5)" "$(median "$b" "$latency" 6)" "$(median "$b" "$latency" 7)" \
+			"$(median "$b" "$latency" 8)"
 		result "cost_${b}_${latency}ms_jobs_per_s" "$(median "$b" "$latency" 4)"
 		result "cost_${b}_${latency}ms_cpu_per_1k" "$(median "$b" "$latency" 5)"
 		result "cost_${b}_${latency}ms_sender_cpu_per_1k" "$(median "$b" "$latency" 6)"
 		result "cost_${b}_${latency}ms_wal_bytes_per_job" "$(median "$b" "$latency" 7)"
+		result "cost_${b}_${latency}ms_commits_per_1k" "$(median "$b" "$latency" 8)"
 	done
 done
