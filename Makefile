@@ -11,7 +11,9 @@
 #   make dist            the PGXN archive notif_deliver-<version>.zip of a tag (release/dist)
 #   make metacheck       META.json against the PGXN meta spec and the control files (release/meta_check)
 
-EXTENSION = notif_deliver
+# notif_deliver_router: SQL only, on a router database in front of the shards
+# (PL/Proxy): doc/shards.md
+EXTENSION = notif_deliver notif_deliver_router
 MODULE_big = notif_deliver
 OBJS = \
 	src/notif_deliver.o \
@@ -41,9 +43,9 @@ OBJS = \
 	src/throttle.o \
 	src/workers.o
 
-DATA = $(wildcard notif_deliver--*.sql)
+DATA = $(wildcard notif_deliver--*.sql) $(wildcard notif_deliver_router--*.sql)
 
-REGRESS = setup lifecycle schema enqueue enqueue_paths privileges push replay stats operations upgrade
+REGRESS = setup lifecycle schema enqueue enqueue_paths privileges push replay stats operations shards upgrade
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test/deps.sh: install the packages that building and testing notif_deliver
-# need, on Debian 12, if any is missing.  Root uses apt directly; anyone else
-# gets told what to install.  With --bench, also what `make bench` needs
-# (gnuplot-nox for the charts).
+# need, on Debian 12, if any is missing (postgresql-15-plproxy is for the
+# router extension notif_deliver_router and test/t/021_shards.pl).  Root
+# uses apt directly; anyone else gets told what to install.  With --bench,
+# also what `make bench` needs (gnuplot-nox for the charts).
 #
 # kannel and kannel-extras (the open-source SMS gateway and its fake SMSC)
 # are for the end-to-end test test/t/008_kannel.pl only: root installs them
@@ -17,7 +18,7 @@ set -euo pipefail
 # for the push test test/t/020_push.pl
 packages=(make gcc libc6-dev postgresql-15 postgresql-server-dev-15 postgresql-client-15
 	libcurl4-openssl-dev libssl-dev libipc-run-perl openssl bc procps curl
-	nghttp2-proxy libcryptx-perl)
+	nghttp2-proxy libcryptx-perl postgresql-15-plproxy)
 [ "${1:-}" = --bench ] && packages+=(gnuplot-nox)
 optional=(kannel kannel-extras)
 
