@@ -80,7 +80,7 @@ INSERT INTO notif_type (code, delivery, max_tries, lane, paused)
 VALUES ('bench', '$DELIVERY', 3, 'bench', true);
 SQL
 	extra=COST_SQL_${b^^}
-	[ -z "${!extra:-}" ] || cluster_psql -c "${!extra}"
+	[ -z "${!extra:-}" ] || cluster_psql <<<"${!extra}"
 done
 
 # the sender's commits (and the few of this script's polls): its rounds
