@@ -4,6 +4,7 @@
 #   make install         install it into the server found by pg_config
 #   make installcheck    pg_regress (sql/) and TAP tests (test/t/) against it
 #   make test            all of the above on a fresh machine (test/run)
+#   make test-ha         Patroni end to end, slow (test/run --ha; test/ha/*.pl)
 #   make demo            a throwaway cluster delivering the example types (test/demo)
 #   make bench           every benchmark under test/bench; writes doc/benchmarks.md (test/bench/run)
 #   make deb             the Debian package postgresql-15-notif-deliver, in build/deb/ (release/deb)
@@ -41,7 +42,8 @@ OBJS = \
 	src/token.o \
 	src/http.o \
 	src/throttle.o \
-	src/workers.o
+	src/workers.o \
+	src/ha.o
 
 DATA = $(wildcard notif_deliver--*.sql) $(wildcard notif_deliver_router--*.sql)
 
@@ -74,9 +76,12 @@ ifneq ($(TAP_TESTS),)
 installcheck: $(SIM)
 endif
 
-.PHONY: test demo bench deb deb-check dist metacheck
+.PHONY: test test-ha demo bench deb deb-check dist metacheck
 test:
 	bash test/run
+
+test-ha:
+	bash test/run --ha
 
 demo:
 	bash test/demo

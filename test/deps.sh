@@ -3,7 +3,9 @@
 # need, on Debian 12, if any is missing (postgresql-15-plproxy is for the
 # router extension notif_deliver_router and test/t/021_shards.pl).  Root
 # uses apt directly; anyone else gets told what to install.  With --bench,
-# also what `make bench` needs (gnuplot-nox for the charts).
+# also what `make bench` needs (gnuplot-nox for the charts); with --ha, what
+# `make test-ha` needs (patroni and etcd-server: their daemons are not
+# started, as below).
 #
 # kannel and kannel-extras (the open-source SMS gateway and its fake SMSC)
 # are for the end-to-end test test/t/008_kannel.pl only: root installs them
@@ -20,6 +22,7 @@ packages=(make gcc libc6-dev postgresql-15 postgresql-server-dev-15 postgresql-c
 	libcurl4-openssl-dev libssl-dev libipc-run-perl openssl bc procps curl
 	nghttp2-proxy libcryptx-perl postgresql-15-plproxy)
 [ "${1:-}" = --bench ] && packages+=(gnuplot-nox)
+[ "${1:-}" = --ha ] && packages+=(patroni etcd-server)
 optional=(kannel kannel-extras)
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
