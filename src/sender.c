@@ -8,7 +8,8 @@
  *
  * The sender sleeps on one WaitEventSet: its latch (set by an enqueue's
  * commit, a configuration change, a signal), libcurl's sockets, and a
- * timeout (libcurl's timer, the next due job, notif_deliver.poll_interval).
+ * timeout (libcurl's timer, the next due job, notif_deliver.poll_interval,
+ * or the end of a round held back for more results: sender_batch.c).
  *
  * At start it recovers the jobs that a previous sender left in flight
  * (held by an incarnation that is no longer running): job_state.c's
