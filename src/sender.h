@@ -114,6 +114,11 @@ extern void sender_drop_calls(void);
 /* sender_batch.c */
 extern TimestampTz sender_record_due(bool woken);
 
+/* sender_results.c */
+struct NotifResult;
+extern void sender_recover_orphans(void);
+extern int	sender_finished_results(struct NotifResult **out);
+
 /* sender_report.c */
 extern void sender_report_state(TimestampTz now);
 

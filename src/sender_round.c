@@ -124,118 +124,6 @@ free_call(NotifCall *call)
 }
 
 /*
- * What to record for one call of a job that ended (EVENT_CALL_ENDED) or
- * whose sender was lost during it (EVENT_SENDER_LOST).
- */
-static void
-make_result(NotifResult *r, NotifEvent event, const NotifJobRef *job,
-			NotifOutcome outcome, long http_status, const char *error,
-			TimestampTz started_at, TimestampTz ended_at, int64 retry_after_ms,
-			TimestampTz now)
-{
-	r->job_id = job->id;
-	r->tries = job->tries;
-	r->earlier_tries = job->earlier_tries;
-	r->expected_status = (NotifStatus) notif_claim_row(job->delivery, false)->to;
-	r->claimed_by = job->claimed_by;
-	r->outcome = outcome;
-	r->http_status = http_status;
-	r->started_at = started_at;
-	r->ended_at = ended_at;
-	r->next = notif_after_call(event, job->delivery, outcome, job->tries, &job->policy,
-							   now, job->deadline_at, retry_after_ms);
-	r->error = r->next.row->note ? r->next.row->note : error;
-	if (r->next.status == STATUS_SENT && r->expected_status != STATUS_SENT)
-		r->sent_at = ended_at;	/* at_most_once's was set by its claim */
-}
-
-/* the incarnations of the live senders are read onto the stack */
-StaticAssertDecl(NOTIF_MAX_LANES_LIMIT * sizeof(int64) <= 8192,
-				 "one incarnation per lane must fit on a sender's stack");
-
-static bool
-is_live(int64 incarnation, const int64 *live, int n_live)
-{
-	int			i;
-
-	for (i = 0; i < n_live; i++)
-		if (live[i] == incarnation)
-			return true;
-	return false;
-}
-
-/*
- * Recover the jobs left in flight by senders that are gone, of any type and
- * any lane.  A sender records its incarnation in shared memory before it
- * claims anything, so the senders alive are read again after the query: a
- * job claimed by a sender that started meanwhile is not touched.
- */
-static void
-recover_orphans(void)
-{
-	int64		live[NOTIF_MAX_LANES_LIMIT];
-	int			n_live = notif_live_incarnations(live);
-	NotifOrphanJob *orphans;
-	NotifResult *results;
-	TimestampTz now = GetCurrentTimestamp();
-	int			n,
-				i,
-				k = 0;
-
-	n = notif_sql_orphans(live, n_live, sender.round_cxt, &orphans);
-	if (n == 0)
-		return;
-	n_live = notif_live_incarnations(live);
-
-	results = palloc0(sizeof(NotifResult) * n);
-	for (i = 0; i < n; i++)
-	{
-		NotifOrphanJob *o = &orphans[i];
-
-		if (is_live(o->job.claimed_by, live, n_live))
-			continue;
-		make_result(&results[k++], EVENT_SENDER_LOST, &o->job, OUTCOME_UNKNOWN, 0, NULL,
-					o->claimed_at ? o->claimed_at : now, now, 0, now);
-	}
-	if (k == 0)
-		return;
-	notif_sql_record(results, k, NULL);
-	ereport(LOG,
-			(errmsg("notif_deliver sender of lane \"%s\": recovered %d job(s) left in flight by a stopped sender",
-					sender.lane, k)));
-}
-
-/* The results of the finished calls, as job_sql.c records them. */
-static int
-finished_results(NotifResult **out)
-{
-	dlist_iter	iter;
-	int			n = 0;
-	NotifResult *results;
-	TimestampTz now = GetCurrentTimestamp();
-
-	dlist_foreach(iter, &sender.finished)
-		n++;
-	results = palloc0(sizeof(NotifResult) * Max(n, 1));
-	n = 0;
-	dlist_foreach(iter, &sender.finished)
-	{
-		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
-		int64		retry_after = (call->http_status == 429 || call->http_status == 503)
-		? call->retry_after_ms : 0;
-		const char *error = call->error;
-
-		if (error && call->http_status != 0 && call->outcome != OUTCOME_ACCEPTED)
-			error = psprintf("HTTP %ld%s%s", call->http_status, error[0] ? ": " : "", error);
-		make_result(&results[n++], EVENT_CALL_ENDED, &call->job, call->outcome,
-					call->http_status, error, call->started_at, call->ended_at,
-					retry_after, now);
-	}
-	*out = results;
-	return n;
-}
-
-/*
  * Claim due jobs, type by type in priority order, within the lane's room
  * and each provider's limits.  The calls are started after the commit.
  */
@@ -532,9 +420,9 @@ sender_round(bool want_claim)
 		{
 			/* a failed round reads the configuration again, which asks again */
 			sender.need_recovery = false;
-			recover_orphans();
+			sender_recover_orphans();
 		}
-		n_results = finished_results(&results);
+		n_results = sender_finished_results(&results);
 		notif_sql_record(results, n_results, NULL);
 		notif_push_record_unregistered(&sender.finished);
 		if (want_claim && !ShutdownRequestPending)
