@@ -5,7 +5,8 @@
 #   make installcheck    pg_regress (sql/) and TAP tests (test/t/) against it
 #   make test            all of the above on a fresh machine (test/run)
 #   make demo            a throwaway cluster delivering the example types (test/demo)
-#   make bench           every benchmark under test/bench; writes doc/benchmarks.md (test/bench/run)
+#   make bench           every benchmark under test/bench; writes doc/benchmarks.md and
+#                        doc/benchmarks-peers.md (test/bench/run)
 
 EXTENSION = notif_deliver
 MODULE_big = notif_deliver

@@ -2,7 +2,9 @@
 # test/deps.sh: install the packages that building and testing notif_deliver
 # need, on Debian 12, if any is missing.  Root uses apt directly; anyone else
 # gets told what to install.  With --bench, also what `make bench` needs
-# (gnuplot-nox for the charts).
+# (gnuplot-nox for the charts; PgQ and its ticker daemon pgqd for
+# test/bench/peers.sh, whose npm peers that script installs itself).  apt
+# waits up to 5 minutes for another apt to release its lock.
 #
 # kannel and kannel-extras (the open-source SMS gateway and its fake SMSC)
 # are for the end-to-end test test/t/008_kannel.pl only: root installs them
@@ -14,7 +16,7 @@
 set -euo pipefail
 packages=(make gcc libc6-dev postgresql-15 postgresql-server-dev-15 postgresql-client-15
 	libcurl4-openssl-dev libipc-run-perl openssl bc procps)
-[ "${1:-}" = --bench ] && packages+=(gnuplot-nox)
+[ "${1:-}" = --bench ] && packages+=(gnuplot-nox postgresql-15-pgq3 pgqd)
 optional=(kannel kannel-extras)
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
@@ -41,8 +43,8 @@ echo "== installing ${missing[*]} ${missing_optional[*]}"
 export DEBIAN_FRONTEND=noninteractive
 
 # The server package would start a cluster of its own, kannel a bearerbox
-# and a wapbox: not wanted here.  Deny every daemon start during the install,
-# then put back whatever policy was there before.
+# and a wapbox, pgqd its ticker: not wanted here.  Deny every daemon start
+# during the install, then put back whatever policy was there before.
 policy=/usr/sbin/policy-rc.d
 saved=
 if [ -e "$policy" ] || [ -L "$policy" ]; then
@@ -58,13 +60,14 @@ trap restore_policy EXIT
 printf '#!/bin/sh\n# test/deps.sh: no daemon starts during this install\nexit 101\n' >"$policy"
 chmod +x "$policy"
 
-apt-get update -qq
+apt_get() { apt-get -o DPkg::Lock::Timeout=300 "$@"; }
+apt_get update -qq
 # postgresql-15 and its headers must be the same minor version: install both
 if [ ${#missing[@]} -gt 0 ]; then
-	apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+	apt_get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
 fi
 if [ ${#missing_optional[@]} -gt 0 ] &&
-	! apt-get install -y -qq --no-install-recommends "${optional[@]}" >/dev/null; then
+	! apt_get install -y -qq --no-install-recommends "${optional[@]}" >/dev/null; then
 	echo "could not install ${optional[*]}: the Kannel test will be skipped" >&2
 fi
 
