@@ -19,7 +19,7 @@
 #    delivered anyway; 500 ms client timeout), each peer with its default
 #    retries, then again with the worker SIGKILLed MAX_KILLS times, evenly
 #    over the drain (at each 1/(MAX_KILLS+1) of the jobs arrived, at least
-#    KILL_GAP s apart; a new one is started at once; notif_deliver: a sender, and PostgreSQL restarts
+#    KILL_GAP_MS apart; a new one is started at once; notif_deliver: a sender, and PostgreSQL restarts
 #    all its processes, as after any crash); lost and duplicated from the
 #    simulator's ledger; notif_deliver with SEM_N at_most_once and SEM_N
 #    at_least_once jobs (max_tries 3) in the same conditions.
@@ -28,11 +28,11 @@
 #
 #   bash test/bench/peers.sh            (as root: installs what is missing)
 #
-# Environment: BENCH_SCALE [1]; PEERS_JOBS [50000 x scale]; PEERS_SEM_JOBS
+# Environment: BENCH_SCALE [1]; PEERS_JOBS [100000 x scale]; PEERS_SEM_JOBS
 # [20000 x scale]; PEERS_FLOOD_JOBS [200000 x scale]; PEERS_ROUNDS [3];
 # PEERS_SYSTEMS ["nd pgq gw boss"]; PEERS_PARTS ["throughput semantics
-# latency"]; PEERS_KILLS [5]; PEERS_KILL_GAP [1] (seconds at least between
-# two kills); PEERS_INFLIGHT [512];
+# latency"]; PEERS_KILLS [5]; PEERS_KILL_GAP_MS [300] (at least between two
+# kills, after the new worker is ready); PEERS_INFLIGHT [512];
 # BENCH_PORT, BENCH_SIM_PORT, BENCH_OUT (see lib.sh).  The workers' settings
 # are printed as RESULT lines (peers_setting_*).  Prints RESULT and ROW
 # lines for test/bench/run (doc/benchmarks-peers.md).
@@ -40,7 +40,7 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/peers_lib.sh"
 
-N=${PEERS_JOBS:-$(bench_scale 50000)}
+N=${PEERS_JOBS:-$(bench_scale 100000)}
 SEM_N=${PEERS_SEM_JOBS:-$(bench_scale 20000)}
 FLOOD_N=${PEERS_FLOOD_JOBS:-$(bench_scale 200000)}
 ROUNDS=${PEERS_ROUNDS:-3}
@@ -48,7 +48,7 @@ WARM=$(( N / 10 < 1000 ? N / 10 + 1 : 1000 ))
 SYSTEMS=${PEERS_SYSTEMS:-nd pgq gw boss}
 PARTS=${PEERS_PARTS:-throughput semantics latency}
 MAX_KILLS=${PEERS_KILLS:-5}
-KILL_GAP=${PEERS_KILL_GAP:-1}
+KILL_GAP_MS=${PEERS_KILL_GAP_MS:-300}
 P=0.005
 Q=0.5
 OTP_GAP=0.02
@@ -116,7 +116,7 @@ presult peers_flood_jobs "$FLOOD_N"
 presult peers_rounds "$ROUNDS"
 presult peers_inflight "$PEERS_INFLIGHT"
 presult peers_max_kills "$MAX_KILLS"
-presult peers_kill_gap_s "$KILL_GAP"
+presult peers_kill_gap_ms "$KILL_GAP_MS"
 presult peers_setting_gw "\"concurrency ${GW_CONCURRENCY:-512}, localQueue.size ${GW_LOCAL_QUEUE:-512}, completeJobBatchDelay and failJobBatchDelay ${GW_BATCH_DELAY_MS:-5} ms, pool 12\""
 presult peers_setting_boss "\"${BOSS_LOOPS:-4} work() loops per queue (their polls interleaved), batchSize ${BOSS_BATCH:-5000} (the OTP queue: $BOSS_BATCH_OTP), pollingIntervalSeconds 0.5\""
 presult peers_setting_pgq "\"ticker_period 0.1 s, queue ticker_max_lag 0.1 s, retry_period 1 s; ${PGQ_CONCURRENCY:-512} calls in flight per batch\""
@@ -165,13 +165,22 @@ if [[ " $PARTS " == *" throughput "* ]]; then
 		for lat in 0 50; do
 			for sys in $SYSTEMS; do
 				r=$(tput_one "$sys" "$lat" "t$round$lat")
-				tput+=("$sys $lat $round $r")
+				tput+=("$sys $lat $round $r $(awk '{ print $2 + $3 }' <<<"$r")")
 				printf '%-5s %3s ms round %s: %s\n' "$sys" "$lat" "$round" "$r"
 			done
 		done
 	done
 	[ -n "${BENCH_OUT:-}" ] && : >"$BENCH_OUT/peers_tput.dat"
 	col() { printf '%s\n' "${tput[@]}" | awk -v s="$1" -v l="$2" -v c="$3" '$1 == s && $2 == l { print $c }' | median; }
+	# notif_deliver's figure / this system's, per round (side by side), then
+	# the median; columns: 4 jobs/s, 7 WAL drain, 8 WAL enqueue, 9 CPU ticks
+	ratio_of() {
+		local round
+		for round in $(seq 1 "$ROUNDS"); do
+			printf '%s\n' "${tput[@]}" | awk -v s="$1" -v l="$2" -v r="$round" -v c="$3" \
+				'$2 == l && $3 == r { if ($1 == "nd") a = $c; if ($1 == s) b = $c } END { if (b > 0) printf "%.2f\n", a / b }'
+		done | median | sed 's/^nan$/-/'
+	}
 	for lat in 0 50; do
 		for sys in $SYSTEMS; do
 			jps=$(col "$sys" "$lat" 4)
@@ -179,11 +188,7 @@ if [[ " $PARTS " == *" throughput "* ]]; then
 			w=$(awk -v t="$(col "$sys" "$lat" 6)" -v hz="$HZ" -v n="$N" 'BEGIN { printf "%.3f", t / hz / n * 1000 }')
 			wd=$(col "$sys" "$lat" 7)
 			we=$(col "$sys" "$lat" 8)
-			# ours / this system, per round (side by side), then the median
-			ratio=$(for round in $(seq 1 "$ROUNDS"); do
-				printf '%s\n' "${tput[@]}" | awk -v s="$sys" -v l="$lat" -v r="$round" \
-					'$2 == l && $3 == r { if ($1 == "nd") a = $4; if ($1 == s) b = $4 } END { if (a && b) printf "%.2f\n", a / b }'
-			done | median)
+			ratio=$(ratio_of "$sys" "$lat" 4)
 			tot=$(awk -v a="$pg" -v b="$w" 'BEGIN { printf "%.3f", a + b }')
 			for k in jobs_per_s:$jps pg_cpu_per_1k:$pg worker_cpu_per_1k:$w total_cpu_per_1k:$tot \
 				wal_per_job:$wd wal_enqueue_per_job:$we ratio:$ratio; do
@@ -192,6 +197,15 @@ if [[ " $PARTS " == *" throughput "* ]]; then
 			row peers_tput "$(name_of "$sys")" "$lat ms" "$jps" "$([ "$sys" = nd ] && echo "" || echo "$ratio")" \
 				"$pg" "$w" "$tot" "$wd" "$we"
 			[ -z "${BENCH_OUT:-}" ] || printf '%s\t%s\t%s\n' "$(name_of "$sys")" "$lat" "$jps" >>"$BENCH_OUT/peers_tput.dat"
+			if [ "$sys" != nd ]; then
+				rc=$(ratio_of "$sys" "$lat" 9)
+				rw=$(ratio_of "$sys" "$lat" 7)
+				re=$(ratio_of "$sys" "$lat" 8)
+				presult "peers_${sys}_${lat}ms_cpu_ratio" "$rc"
+				presult "peers_${sys}_${lat}ms_wal_ratio" "$rw"
+				presult "peers_${sys}_${lat}ms_wal_enqueue_ratio" "$re"
+				row peers_ratio "$(name_of "$sys")" "$lat ms" "$ratio" "$rc" "$rw" "$re"
+			fi
 		done
 	done
 fi
@@ -230,10 +244,10 @@ sem_one() {
 	# kills evenly spread over the drain, by progress (keys arrived), so that
 	# every system gets the same number whatever its speed
 	while [ "$(settled "$sys" "$q")" != t ]; do
-		if [ "$kill" = 1 ] && [ "$kills" -lt "$MAX_KILLS" ] && [ $SECONDS -ge "$next" ] &&
+		if [ "$kill" = 1 ] && [ "$kills" -lt "$MAX_KILLS" ] && [ "$(date +%s%3N)" -ge "$next" ] &&
 			[ "$(sim_stat keys)" -ge $((total * (kills + 1) / (MAX_KILLS + 1))) ]; then
 			worker_kill "$sys" && kills=$((kills + 1))
-			next=$((SECONDS + KILL_GAP))
+			next=$(($(date +%s%3N) + KILL_GAP_MS))
 		fi
 		if [ $((SECONDS - start)) -ge 600 ]; then settled_ok=no; break; fi
 		sleep 0.05
@@ -285,8 +299,8 @@ if [[ " $PARTS " == *" semantics "* ]]; then
 fi
 
 # ---------------------------------------------------------------- latency
-lat_one() {
-	local sys=$1 bulk otp t0 t1 trickle n sent got p50 p99 max
+lat_one() {	# SYS [flood2]
+	local sys=$1 mode=${2:-flood} bulk otp t0 t1 trickle n sent got p50 p99 max key=$1 name
 	case $sys in nd) bulk=promo ;; *) bulk=bulk ;; esac
 	otp=otp
 	worker_stop "$sys"
@@ -294,7 +308,7 @@ lat_one() {
 	cluster_psql -c CHECKPOINT >/dev/null
 	sim_conf "latency_ms=0&p_timeout=0"
 	rm -f "$BENCH_DIR/stop"
-	worker_start "$sys" flood
+	worker_start "$sys" "$mode"
 	read -r t0 _ <<<"$(enqueue "$sys" "$bulk" "$FLOOD_N" flood)"
 	(
 		i=0
@@ -323,18 +337,28 @@ lat_one() {
 	local secs rate
 	secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
 	rate=$(awk -v a="$t0" -v b="$t1" -v n="$FLOOD_N" 'BEGIN { printf "%.0f", n / (b - a) }')
+	local short
+	name=$(name_of "$sys")
+	short=$name
+	case $sys/$mode in
+	gw/flood) name+=", one runner, OTPs first by priority"; short="graphile-worker (one runner)" ;;
+	gw/flood2) name+=", OTPs in a runner of their own"; short="graphile-worker (OTP runner)"; key=gw2 ;;
+	esac
 	for k in otps:$sent delivered:$got p50_ms:$p50 p99_ms:$p99 max_ms:$max flood_seconds:$secs flood_jobs_per_s:$rate; do
-		presult "peers_lat_${sys}_${k%%:*}" "${k#*:}"
+		presult "peers_lat_${key}_${k%%:*}" "${k#*:}"
 	done
-	row peers_lat "$(name_of "$sys")" "$sent" "$got" "$p50" "$p99" "$max" "$secs" "$rate"
-	[ -z "${BENCH_OUT:-}" ] || printf '%s\t%s\t%s\n' "$(name_of "$sys")" "$p50" "$p99" >>"$BENCH_OUT/peers_latency.dat"
-	echo "$sys: $FLOOD_N flood jobs in ${secs}s ($rate/s); OTPs $sent sent, $got delivered, p50 $p50 ms, p99 $p99 ms, max $max ms"
+	row peers_lat "$name" "$sent" "$got" "$p50" "$p99" "$max" "$secs" "$rate"
+	[ -z "${BENCH_OUT:-}" ] || printf '%s\t%s\t%s\n' "$short" "$p50" "$p99" >>"$BENCH_OUT/peers_latency.dat"
+	echo "$key: $FLOOD_N flood jobs in ${secs}s ($rate/s); OTPs $sent sent, $got delivered, p50 $p50 ms, p99 $p99 ms, max $max ms"
 }
 
 if [[ " $PARTS " == *" latency "* ]]; then
 	echo "latency: $FLOOD_N bulk jobs while an OTP is enqueued every ${OTP_GAP}s on a second queue"
 	[ -n "${BENCH_OUT:-}" ] && : >"$BENCH_OUT/peers_latency.dat"
-	for sys in $SYSTEMS; do lat_one "$sys"; done
+	for sys in $SYSTEMS; do
+		lat_one "$sys"
+		[ "$sys" != gw ] || lat_one gw flood2
+	done
 fi
 
 # ---------------------------------------------------------------- wins
@@ -351,6 +375,8 @@ why() {
 		echo "pg-boss marks a whole batch completed in one UPDATE and keeps no per-call row; notif_deliver records each call's outcome (status, HTTP code, timing) in notif_attempt" ;;
 	wal_enqueue_per_job:gw | wal_enqueue_per_job:boss)
 		echo "its job row has fewer indexes to maintain: notif_job has the unique key (user_id, kind, order_id) that stops duplicate enqueues, plus the claim and retry indexes" ;;
+	jobs_per_s:gw | jobs_per_s:boss | pg_cpu_per_1k:gw | pg_cpu_per_1k:boss | total_cpu_per_1k:gw | total_cpu_per_1k:boss)
+		echo "it claims and completes in large batches (graphile-worker: a local queue of 512 and batched completion; pg-boss: batches of 5000, each completed by one UPDATE) and keeps no per-call record; notif_deliver claims in batches of notif_deliver.batch_size and records each call's outcome (an UPDATE and a notif_attempt row per job)" ;;
 	worker_cpu_per_1k:*)
 		echo "notif_deliver's sender is a PostgreSQL process: its CPU includes running its own claim and record statements (SPI), which for a Node worker are the backends' CPU, counted under PostgreSQL; compare the total" ;;
 	lost:* | dup:*)
@@ -362,13 +388,15 @@ why() {
 	*) echo "see the notes below the tables" ;;
 	esac
 }
-win() {	# what sys peer_value nd_value higher|lower label
-	local what=$1 sys=$2 pv=$3 nv=$4 dir=$5 label=$6
-	[ -n "$pv" ] && [ -n "$nv" ] && [ "$pv" != nan ] && [ "$nv" != nan ] || return 0
-	if awk -v p="$pv" -v n="$nv" -v d="$dir" 'BEGIN { exit !(d == "higher" ? p > n : p < n) }'; then
-		row peers_wins "$label" "$(name_of "$sys")" "$pv" "$nv" "$(why "$what:$sys")"
-		wins=$((wins + 1))
-	fi
+win() {	# what sys peer_value nd_value higher|lower label [noise]
+	local what=$1 sys=$2 pv=$3 nv=$4 dir=$5 label=$6 noise=${7:-0} margin
+	[ -n "$pv" ] && [ -n "$nv" ] && [ "$pv" != nan ] && [ "$nv" != nan ] && [ "$pv" != - ] && [ "$nv" != - ] || return 0
+	# better, and by more than the noise of a count (semantics) if given
+	awk -v p="$pv" -v n="$nv" -v d="$dir" -v z="$noise" \
+		'BEGIN { exit !((d == "higher" ? p > n : p < n) && (p - n > z || n - p > z)) }' || return 0
+	margin=$(awk -v p="$pv" -v n="$nv" 'BEGIN { if (n == 0) print "-"; else printf "%.0f%%\n", (p > n ? p - n : n - p) / n * 100 }')
+	row peers_wins "$label" "$(name_of "$sys")" "$pv" "$nv" "$margin" "$(why "$what:$sys")"
+	wins=$((wins + 1))
 }
 wins=0
 for sys in $SYSTEMS; do
@@ -382,14 +410,20 @@ for sys in $SYSTEMS; do
 	for k in "" _kill; do
 		win "lost$k" "$sys" "${R[peers_sem_$sys${k}_lost]:-}" "${R[peers_sem_nd${k}_alo_lost]:-}" lower \
 			"lost$([ -n "$k" ] && echo ", worker killed" || echo ", timeouts"), vs at_least_once"
+		# with timeouts only, both counts are binomial samples: a difference
+		# within 4 sigma of the difference is noise, not a win
 		win "dup$k" "$sys" "${R[peers_sem_$sys${k}_dup]:-}" "${R[peers_sem_nd${k}_alo_dup]:-}" lower \
-			"duplicated$([ -n "$k" ] && echo ", worker killed" || echo ", timeouts"), vs at_least_once"
+			"duplicated$([ -n "$k" ] && echo ", worker killed" || echo ", timeouts"), vs at_least_once" \
+			"$([ -n "$k" ] && echo 0 || awk -v n="$SEM_N" -v p="$P" -v q="$Q" 'BEGIN { printf "%.1f", 4 * sqrt(2 * n * p * q) }')"
 	done
 	for m in p50_ms p99_ms; do
 		win latency "$sys" "${R[peers_lat_${sys}_$m]:-}" "${R[peers_lat_nd_$m]:-}" lower "OTP latency ${m%_ms} during the flood, ms"
+		[ "$sys" != gw ] || win latency gw "${R[peers_lat_gw2_$m]:-}" "${R[peers_lat_nd_$m]:-}" lower \
+			"OTP latency ${m%_ms} during the flood (OTP runner of its own), ms"
 	done
+	win jobs_per_s "$sys" "${R[peers_lat_${sys}_flood_jobs_per_s]:-}" "${R[peers_lat_nd_flood_jobs_per_s]:-}" higher "flood drain, jobs/s"
 done
-[ $wins -gt 0 ] || row peers_wins "none" "no peer did better than notif_deliver on any row of this run" "" "" ""
+[ $wins -gt 0 ] || row peers_wins "none" "no peer did better than notif_deliver on any row of this run" "" "" "" ""
 presult peers_wins "$wins"
 presult peers_duration "\"$((SECONDS / 60)) min $((SECONDS % 60)) s\""
 presult peers_load_end "\"$(cut -d' ' -f1-3 /proc/loadavg)\""

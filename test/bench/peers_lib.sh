@@ -11,7 +11,8 @@
 #   peers_setup SIM_PORT       the schemas of all four in the running cluster
 #   worker_start SYS MODE      start SYS's worker (MODE: post, or flood for
 #                              the two-queue run: a worker process per queue,
-#                              as notif_deliver has a sender per lane); waits
+#                              as notif_deliver has a sender per lane; gw:
+#                              flood or flood2, see _workers_start); waits
 #                              until it is ready;
 #                              sets WORKER_SINCE (the database's clock then)
 #   worker_stop SYS            stop it (and pgqd)
@@ -124,11 +125,17 @@ _node_start() {
 }
 
 # the worker processes of SYS in MODE: one for post, one per queue for flood
+# (graphile-worker: one runner for both tasks; flood2: a runner per task,
+# see peers/gw.cjs)
 _workers_start() {
 	local sys=$1 mode=$2 script
 	case $sys in gw) script=gw.cjs ;; boss) script="boss.cjs work" ;; pgq) script=pgq.cjs ;; esac
 	if [ "$mode" = post ]; then
 		_node_start "$sys" $script "$([ "$sys" = gw ] && echo post || echo bench)"
+	elif [ "$sys" = gw ] && [ "$mode" = flood ]; then
+		_node_start gw gw.cjs flood
+	elif [ "$sys" = gw ]; then	# flood2: the OTPs in a runner of their own
+		_node_start gw gw.cjs bulk && _node_start gw gw.cjs otp
 	else
 		_node_start "$sys" $script bulk && _node_start "$sys" $script otp
 	fi
@@ -280,7 +287,7 @@ trickle_sql() {
 	case $sys in
 	nd) e="notif_enqueue($i, 'otp', 'login-$i', '{\"to\":\"+84912345678\",\"text\":\"Ma OTP: 654321\"}')" ;;
 	pgq) e="pgq.insert_event('otp', 'post', '{\"k\":\"otp:$i\",\"to\":\"+84912345678\",\"text\":\"Ma OTP: 654321\"}')" ;;
-	gw) e="graphile_worker.add_job('otp', '{\"k\":\"otp:$i\",\"to\":\"+84912345678\",\"text\":\"Ma OTP: 654321\"}')" ;;
+	gw) e="graphile_worker.add_job('otp', '{\"k\":\"otp:$i\",\"to\":\"+84912345678\",\"text\":\"Ma OTP: 654321\"}', priority := -10)" ;;
 	boss)	# a data-modifying WITH must be at the top level
 		echo "WITH j AS (INSERT INTO pgboss.job (name, data) VALUES ('otp', '{\"k\":\"otp:$i\",\"to\":\"+84912345678\",\"text\":\"Ma OTP: 654321\"}') RETURNING id)
 		      SELECT $i, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint FROM j;"

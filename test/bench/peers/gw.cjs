@@ -5,9 +5,16 @@
 // throughput: a local queue and batched completion.
 //
 //   node gw.cjs TASK          a runner for the task TASK (post, bulk)
-//   node gw.cjs otp           the runner of the task `otp`: no local queue (a
-//                             new OTP must not wait behind a locked batch),
-//                             GW_OTP_CONCURRENCY jobs at once, its own HTTP pool
+//   node gw.cjs flood         one runner for the tasks `bulk` and `otp` (the
+//                             OTP jobs are added with a higher priority; their
+//                             calls use the OTP HTTP pool)
+//   node gw.cjs otp           a runner for `otp` alone, to run beside `gw.cjs
+//                             bulk`: no local queue (a new OTP must not wait
+//                             behind a locked batch), GW_OTP_CONCURRENCY jobs
+//                             at once.  graphile-worker has no parallel queues:
+//                             such a runner scans the bulk backlog on every
+//                             fetch that finds no OTP (its jobs index is by
+//                             priority and run_at, not task)
 //
 // Environment: DATABASE_URL; GW_CONCURRENCY [512]; GW_LOCAL_QUEUE [512];
 // GW_BATCH_DELAY_MS [5] (completeJobBatchDelay and failJobBatchDelay);
@@ -43,9 +50,11 @@ function runner(taskList, jobs, queue) {
 
 async function main() {
 	const task = process.argv[2] || 'post';
-	const r = task === 'otp'
-		? await runner({ otp: sendOtp }, env('GW_OTP_CONCURRENCY', 16), 1)
-		: await runner({ [task]: send }, concurrency, localQueue);
+	let r;
+	if (task === 'otp')
+		r = await runner({ otp: sendOtp }, env('GW_OTP_CONCURRENCY', 16), 1);
+	else
+		r = await runner(task === 'flood' ? { bulk: send, otp: sendOtp } : { [task]: send }, concurrency, localQueue);
 	console.log('ready');
 	await r.promise;
 }
