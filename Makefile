@@ -20,7 +20,10 @@ OBJS = \
 	src/enqueue_fast.o \
 	src/launcher.o \
 	src/sender.o \
+	src/sender_round.o \
+	src/sender_report.o \
 	src/job_state.o \
+	src/job_state_sql.o \
 	src/job_sql.o \
 	src/request.o \
 	src/http.o \
@@ -29,7 +32,7 @@ OBJS = \
 
 DATA = $(wildcard notif_deliver--*.sql)
 
-REGRESS = setup schema enqueue enqueue_paths privileges replay stats operations upgrade
+REGRESS = setup lifecycle schema enqueue enqueue_paths privileges replay stats operations upgrade
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 

@@ -38,6 +38,7 @@ typedef struct NotifProviderConf
 	int			max_inflight;
 	double		rate_limit;		/* requests/s, 0 = none */
 	char	   *ref_field;		/* top-level field carrying the key, or NULL */
+	int			throttle;		/* its throttle handle (throttle.c) */
 } NotifProviderConf;
 
 /* a type of the lane, as read from notif_type, with its provider */
@@ -50,23 +51,28 @@ typedef struct NotifTypeConf
 	NotifProviderConf provider;
 } NotifTypeConf;
 
+/* a job held by a sender, as its claim left it */
+typedef struct NotifJobRef
+{
+	int64		id;
+	int			tries;			/* after the claim: this call's try number */
+	int			earlier_tries;	/* tries before the job's last re-drive */
+	NotifDelivery delivery;		/* its type's, when claimed */
+	int64		claimed_by;		/* the sender's incarnation */
+	TimestampTz deadline_at;	/* 0: none */
+	NotifRetryPolicy policy;	/* its type's */
+} NotifJobRef;
+
 /* one provider call, from claim to recorded result */
 typedef struct NotifCall
 {
 	dlist_node	node;
 	MemoryContext cxt;			/* everything below lives here */
 
-	/* the job, as claimed */
-	int64		job_id;
-	int			tries;			/* after the claim: this call's try number */
-	int			earlier_tries;	/* tries before the job's last re-drive */
-	const char *claimed_status; /* 'sending' or 'sent' */
-	NotifDelivery delivery;		/* as committed by the claim */
-	TimestampTz deadline_at;	/* 0: none */
-	NotifRetryPolicy policy;	/* the type's, at the claim */
+	NotifJobRef job;			/* the job, as claimed */
 	long		timeout_ms;		/* the provider's, at the claim */
 	long		connect_timeout_ms;
-	int			provider_slot;	/* index in notif_shared->providers */
+	int			throttle;		/* its provider's throttle handle */
 
 	/* the request */
 	CURL	   *easy;

@@ -23,6 +23,16 @@
  */
 #include "postgres.h"
 
+/*
+ * This file calls executor internals (ExecInsertIndexTuples,
+ * ExecCheckIndexConstraints, the speculative-insertion calls) whose
+ * signatures change between major versions: PostgreSQL 16 gave
+ * ExecInsertIndexTuples another argument.  Built and tested on 15 only.
+ */
+#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 160000
+#error "enqueue_fast.c is written for PostgreSQL 15's executor; port it (and test it) before building for another major version"
+#endif
+
 #include "access/genam.h"
 #include "access/table.h"
 #include "access/tableam.h"

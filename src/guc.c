@@ -21,6 +21,7 @@ int			notif_max_inflight = 256;
 int			notif_batch_size = 100;
 int			notif_poll_interval_ms = 10000;
 int			notif_max_lanes = 16;
+int			notif_max_providers = 64;
 int			notif_purge_interval_ms = 60000;
 int			notif_purge_batch_size = 10000;
 
@@ -84,7 +85,15 @@ notif_define_gucs(void)
 							"Most lanes (and so sender processes) at once.",
 							NULL,
 							&notif_max_lanes,
-							16, 1, 256,
+							16, 1, NOTIF_MAX_LANES_LIMIT,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("notif_deliver.max_providers",
+							"Most providers whose limits all lanes share.",
+							"A provider in use beyond this has its max_inflight and rate_limit applied per lane (a warning says so).",
+							&notif_max_providers,
+							64, 1, NOTIF_MAX_PROVIDERS_LIMIT,
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
 

@@ -213,7 +213,7 @@ collect_done(void)
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_RETRY_AFTER, &retry_after);
 		call->retry_after_ms = (int64) retry_after * 1000;
 		call->outcome = notif_classify(msg->data.result, call->http_status,
-									   true, request_size > 0 || call->body_sent > 0);
+									   request_size > 0 || call->body_sent > 0);
 		if (msg->data.result != CURLE_OK)
 			call->error = MemoryContextStrdup(call->cxt,
 											  call->errbuf[0] ? call->errbuf : curl_easy_strerror(msg->data.result));
@@ -308,7 +308,7 @@ notif_http_start(NotifCall *call)
 	 * Without a body byte to fail to rewind, libcurl would re-send an
 	 * at_most_once request silently: such requests use a new connection.
 	 */
-	if (call->delivery == AT_MOST_ONCE && call->body_len == 0)
+	if (call->job.delivery == AT_MOST_ONCE && call->body_len == 0)
 		curl_easy_setopt(easy, CURLOPT_FRESH_CONNECT, 1L);
 
 	if (call->body == NULL)
@@ -317,7 +317,7 @@ notif_http_start(NotifCall *call)
 	{
 		curl_easy_setopt(easy, CURLOPT_POST, 1L);
 		curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) call->body_len);
-		if (call->delivery == AT_MOST_ONCE)
+		if (call->job.delivery == AT_MOST_ONCE)
 		{
 			/* no CURLOPT_SEEKFUNCTION: libcurl cannot send it twice */
 			curl_easy_setopt(easy, CURLOPT_READFUNCTION, read_cb);

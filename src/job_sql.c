@@ -14,6 +14,7 @@
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
@@ -38,53 +39,81 @@ static const char *const sql_lane_types =
 " ORDER BY t.priority DESC, t.code";
 
 /*
- * Claim due jobs of one type.  A job past its deadline becomes 'expired'
- * without being sent.  Otherwise, by the type's delivery as committed now:
- * at_most_once jobs become 'sent' (committed before the call), at_least_once
- * jobs 'sending'; both count the try and record who holds them.
+ * Claim due jobs of one type, writing what job_state.c's claim rows say
+ * (the sender passes them): $4 the status of a claimed job, $5 the change
+ * of its tries, $6 the status of a job whose deadline has passed, $7 the
+ * last_error that one gets.  A late job is not held and has no call; a
+ * claimed one is held by the sender ($3).  sent_at is set when a status
+ * becomes 'sent'.
  */
 static const char *const sql_claim =
 "WITH due AS ("
-"    SELECT j.id, coalesce(j.deadline_at <= now(), false) AS expired"
+"    SELECT j.id, coalesce(j.deadline_at <= now(), false) AS late"
 "      FROM %s.notif_job j"
 "     WHERE j.kind = $1 AND j.status = 'queued' AND j.next_at <= now()"
 "     ORDER BY j.next_at"
 "     LIMIT $2"
-"       FOR UPDATE SKIP LOCKED),"
-" type AS (SELECT delivery FROM %s.notif_type WHERE code = $1)"
+"       FOR UPDATE SKIP LOCKED)"
 " UPDATE %s.notif_job j"
-"    SET status = CASE WHEN due.expired THEN 'expired'"
-"                      WHEN type.delivery = 'at_most_once' THEN 'sent'"
-"                      ELSE 'sending' END,"
-"        tries = j.tries + CASE WHEN due.expired THEN 0 ELSE 1 END,"
-"        sent_at = CASE WHEN NOT due.expired AND type.delivery = 'at_most_once'"
-"                       THEN now() ELSE j.sent_at END,"
-"        claimed_by = CASE WHEN due.expired THEN NULL ELSE $3 END,"
-"        claimed_at = CASE WHEN due.expired THEN NULL ELSE now() END,"
-"        last_error = CASE WHEN due.expired"
-"                          THEN 'deadline passed before an attempt could start'"
-"                          ELSE j.last_error END"
-"   FROM due, type"
+"    SET status = CASE WHEN due.late THEN $6 ELSE $4 END,"
+"        tries = j.tries + CASE WHEN due.late THEN 0 ELSE $5 END,"
+"        sent_at = CASE WHEN NOT due.late AND $4 = 'sent' THEN now() ELSE j.sent_at END,"
+"        claimed_by = CASE WHEN due.late THEN NULL ELSE $3 END,"
+"        claimed_at = CASE WHEN due.late THEN NULL ELSE now() END,"
+"        last_error = CASE WHEN due.late THEN $7 ELSE j.last_error END"
+"   FROM due"
 "  WHERE j.id = due.id"
-" RETURNING j.id, j.user_id, j.order_id, j.payload, j.status, j.tries, j.deadline_at,"
+" RETURNING j.id, j.user_id, j.order_id, j.payload, due.late, j.tries, j.deadline_at,"
 "           j.earlier_tries";
+
+/*
+ * The columns of a result, in the order of the record statement's
+ * parameters: (enum, column name, element type, array type, SQL type).
+ */
+#define RECORD_COLUMNS(C) \
+	C(ID, id, INT8OID, INT8ARRAYOID, "int8") \
+	C(TRIES, tries, INT4OID, INT4ARRAYOID, "int4") \
+	C(EXPECTED, expected, TEXTOID, TEXTARRAYOID, "text") \
+	C(CLAIMED_BY, claimed_by, INT8OID, INT8ARRAYOID, "int8") \
+	C(STATUS, status, TEXTOID, TEXTARRAYOID, "text") \
+	C(OUTCOME, outcome, TEXTOID, TEXTARRAYOID, "text") \
+	C(HTTP, http_status, INT4OID, INT4ARRAYOID, "int4") \
+	C(ERROR_, error, TEXTOID, TEXTARRAYOID, "text") \
+	C(NEXT_AT, next_at, TIMESTAMPTZOID, TIMESTAMPTZARRAYOID, "timestamptz") \
+	C(SENT_AT, sent_at, TIMESTAMPTZOID, TIMESTAMPTZARRAYOID, "timestamptz") \
+	C(TRIES_DELTA, tries_delta, INT4OID, INT4ARRAYOID, "int4") \
+	C(STARTED, started_at, TIMESTAMPTZOID, TIMESTAMPTZARRAYOID, "timestamptz") \
+	C(ENDED, ended_at, TIMESTAMPTZOID, TIMESTAMPTZARRAYOID, "timestamptz") \
+	C(ATTEMPT, attempt, INT4OID, INT4ARRAYOID, "int4")
+
+#define AS_ENUM(e, name, elem, array, sqltype) REC_##e,
+enum
+{
+	RECORD_COLUMNS(AS_ENUM) N_RECORD_COLUMNS
+};
+
+typedef struct RecordColumn
+{
+	const char *name;
+	Oid			elemtype;
+	Oid			arraytype;
+	const char *sqltype;
+} RecordColumn;
+
+#define AS_COLUMN(e, name, elem, array, sqltype) {#name, elem, array, sqltype},
+static const RecordColumn record_columns[N_RECORD_COLUMNS] = {RECORD_COLUMNS(AS_COLUMN)};
 
 /*
  * Record what calls did: the job's next state, guarded by what the claim
  * wrote (status, tries, holder), so a stale result never overwrites a newer
  * one; and one notif_attempt row per call (numbered across re-drives).
+ * "r" is the results, one array per column of record_columns (the unnest
+ * is written by record_sql()).
  * Each job is found by its primary key: "claimed_by + 0" keeps the planner
  * off notif_job_claimed_idx, where every job of this sender has the same
  * key (and dead entries until vacuum), which made a probe walk them all.
  */
 static const char *const sql_record =
-"WITH r AS ("
-"    SELECT * FROM unnest($1::int8[], $2::int4[], $3::text[], $4::int8[], $5::text[],"
-"                         $6::text[], $7::int4[], $8::text[], $9::timestamptz[],"
-"                         $10::timestamptz[], $11::int4[], $12::timestamptz[], $13::timestamptz[],"
-"                         $14::int4[])"
-"        AS r(id, tries, expected, claimed_by, status, outcome, http_status, error,"
-"             next_at, sent_at, tries_delta, started_at, ended_at, attempt)),"
 " upd AS ("
 "    UPDATE %s.notif_job j"
 "       SET status = r.status,"
@@ -106,6 +135,25 @@ static const char *const sql_record =
 "      FROM r WHERE r.outcome IS NOT NULL"
 "    ON CONFLICT (job_id, try) DO NOTHING)"
 " SELECT count(*)::int4 FROM upd";
+
+/* "WITH r AS (SELECT * FROM unnest($1::int8[], ...) AS r(id, ...))," + sql_record */
+static const char *
+record_sql(void)
+{
+	StringInfoData buf;
+	int			c;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "WITH r AS (SELECT * FROM unnest(");
+	for (c = 0; c < N_RECORD_COLUMNS; c++)
+		appendStringInfo(&buf, "%s$%d::%s[]", c ? ", " : "", c + 1, record_columns[c].sqltype);
+	appendStringInfoString(&buf, ") AS r(");
+	for (c = 0; c < N_RECORD_COLUMNS; c++)
+		appendStringInfo(&buf, "%s%s", c ? ", " : "", record_columns[c].name);
+	appendStringInfoString(&buf, ")),");
+	appendStringInfoString(&buf, sql_record);
+	return buf.data;
+}
 
 /* jobs held by senders that are no longer running, with their type's policy */
 static const char *const sql_orphans =
@@ -158,9 +206,10 @@ static const char *const sql_purge =
 
 typedef struct PlanDef
 {
-	const char *const *sql;
+	const char *const *sql;		/* NULL: built by make_sql */
+	const char *(*make_sql) (void);
 	int			nargs;
-	Oid			argtypes[14];
+	Oid			argtypes[N_RECORD_COLUMNS];
 	SPIPlanPtr	plan;
 } PlanDef;
 
@@ -171,18 +220,15 @@ enum
 };
 
 static PlanDef plans[N_PLANS] = {
-	[PLAN_LANE_TYPES] = {&sql_lane_types, 1, {TEXTOID}},
-	[PLAN_CLAIM] = {&sql_claim, 3, {TEXTOID, INT4OID, INT8OID}},
-	[PLAN_RECORD] = {&sql_record, 14,
-		{INT8ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID,
-			TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID,
-			TIMESTAMPTZARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID,
-		INT4ARRAYOID}},
-	[PLAN_ORPHANS] = {&sql_orphans, 1, {INT8ARRAYOID}},
-	[PLAN_NEXT_DUE] = {&sql_next_due, 1, {TEXTOID}},
-	[PLAN_LANES] = {&sql_lanes, 0, {0}},
-	[PLAN_PURGE] = {&sql_purge, 1, {INT4OID}},
-	[PLAN_MAX_HOLDER] = {&sql_max_holder, 0, {0}},
+	[PLAN_LANE_TYPES] = {&sql_lane_types, NULL, 1, {TEXTOID}},
+	[PLAN_CLAIM] = {&sql_claim, NULL, 7,
+	{TEXTOID, INT4OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID}},
+	[PLAN_RECORD] = {NULL, record_sql, N_RECORD_COLUMNS, {0}},	/* record_columns */
+	[PLAN_ORPHANS] = {&sql_orphans, NULL, 1, {INT8ARRAYOID}},
+	[PLAN_NEXT_DUE] = {&sql_next_due, NULL, 1, {TEXTOID}},
+	[PLAN_LANES] = {&sql_lanes, NULL, 0, {0}},
+	[PLAN_PURGE] = {&sql_purge, NULL, 1, {INT4OID}},
+	[PLAN_MAX_HOLDER] = {&sql_max_holder, NULL, 0, {0}},
 };
 
 static Oid	plans_extension = InvalidOid;	/* prepared at this library's version */
@@ -223,14 +269,17 @@ notif_sql_prepare(void)
 	if (ext == plans_extension)
 		return true;			/* an update would have failed the check above */
 
+	for (i = 0; i < N_RECORD_COLUMNS; i++)
+		plans[PLAN_RECORD].argtypes[i] = record_columns[i].arraytype;
 	for (i = 0; i < N_PLANS; i++)
 	{
 		SPIPlanPtr	p;
+		const char *sql = plans[i].sql ? *plans[i].sql : plans[i].make_sql();
 
 		if (plans[i].plan)
 			SPI_freeplan(plans[i].plan);
 		plans[i].plan = NULL;
-		p = SPI_prepare(notif_qualified_sql(nspid, *plans[i].sql),
+		p = SPI_prepare(notif_qualified_sql(nspid, sql),
 						plans[i].nargs, plans[i].argtypes);
 		if (p == NULL)
 			elog(ERROR, "notif_deliver: could not prepare statement: %s",
@@ -344,7 +393,7 @@ notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out)
 
 		t->code = col_text(i, 1, cxt);
 		s = col_text(i, 2, cxt);
-		t->delivery = notif_delivery_from_string(s);
+		t->delivery = notif_delivery_from_name(s);
 		t->policy.max_tries = col_int(i, 3);
 		t->priority = col_int(i, 4);
 		t->policy.backoff_min_ms = col_int(i, 5);
@@ -367,14 +416,21 @@ notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out)
 }
 
 int
-notif_sql_claim(const char *kind, int limit, int64 incarnation,
+notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, int64 incarnation,
 				MemoryContext cxt, NotifClaimedJob **out)
 {
-	Datum		values[3] = {CStringGetTextDatum(kind), Int32GetDatum(limit),
-	Int64GetDatum(incarnation)};
+	const NotifTransitionRow *claimed = notif_claim_row(delivery, false);
+	const NotifTransitionRow *late = notif_claim_row(delivery, true);
+	Datum		values[7] = {CStringGetTextDatum(kind), Int32GetDatum(limit),
+		Int64GetDatum(incarnation),
+		CStringGetTextDatum(notif_status_name((NotifStatus) claimed->to)),
+		Int32GetDatum(claimed->tries == TRIES_COUNTED ? 1 : 0),
+		CStringGetTextDatum(notif_status_name((NotifStatus) late->to)),
+	CStringGetTextDatum(late->note)};
 	NotifClaimedJob *jobs;
 	uint64		i;
 
+	Assert(claimed->holds && !late->holds && late->tries == TRIES_KEPT);
 	run(PLAN_CLAIM, values, NULL, false, SPI_OK_UPDATE_RETURNING);
 	jobs = MemoryContextAllocZero(cxt, sizeof(NotifClaimedJob) * Max(SPI_processed, 1));
 	for (i = 0; i < SPI_processed; i++)
@@ -389,7 +445,7 @@ notif_sql_claim(const char *kind, int limit, int64 incarnation,
 		old = MemoryContextSwitchTo(cxt);
 		j->payload = DatumGetJsonbPCopy(col(i, 4, &isnull));
 		MemoryContextSwitchTo(old);
-		j->status = col_text(i, 5, cxt);
+		j->deadline_passed = DatumGetBool(col(i, 5, &isnull));
 		j->tries = col_int(i, 6);
 		j->deadline_at = col_timestamptz(i, 7);
 		j->earlier_tries = col_int(i, 8);
@@ -415,17 +471,9 @@ array_of(Datum *elems, bool *nulls, int n, Oid elemtype)
 void
 notif_sql_record(NotifResult *results, int n, int *updated)
 {
-	enum
-	{
-		ID, TRIES, EXPECTED, CLAIMED_BY, STATUS, OUTCOME, HTTP, ERROR_, NEXT_AT,
-		SENT_AT, TRIES_DELTA, STARTED, ENDED, ATTEMPT, NCOLS
-	};
-	static const Oid elemtypes[NCOLS] = {INT8OID, INT4OID, TEXTOID, INT8OID, TEXTOID,
-		TEXTOID, INT4OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID};
-	Datum	   *elems[NCOLS];
-	bool	   *nulls[NCOLS];
-	Datum		values[NCOLS];
+	Datum	   *elems[N_RECORD_COLUMNS];
+	bool	   *nulls[N_RECORD_COLUMNS];
+	Datum		values[N_RECORD_COLUMNS];
 	int			c,
 				i;
 	bool		isnull;
@@ -436,7 +484,7 @@ notif_sql_record(NotifResult *results, int n, int *updated)
 			*updated = 0;
 		return;
 	}
-	for (c = 0; c < NCOLS; c++)
+	for (c = 0; c < N_RECORD_COLUMNS; c++)
 	{
 		elems[c] = palloc0(sizeof(Datum) * n);
 		nulls[c] = palloc0(sizeof(bool) * n);
@@ -446,32 +494,32 @@ notif_sql_record(NotifResult *results, int n, int *updated)
 		NotifResult *r = &results[i];
 		const char *outcome = notif_outcome_name(r->outcome);
 
-		elems[ID][i] = Int64GetDatum(r->job_id);
-		elems[TRIES][i] = Int32GetDatum(r->tries);
-		elems[EXPECTED][i] = CStringGetTextDatum(r->expected_status);
-		elems[CLAIMED_BY][i] = Int64GetDatum(r->claimed_by);
-		elems[STATUS][i] = CStringGetTextDatum(r->next.status);
+		elems[REC_ID][i] = Int64GetDatum(r->job_id);
+		elems[REC_TRIES][i] = Int32GetDatum(r->tries);
+		elems[REC_EXPECTED][i] = CStringGetTextDatum(notif_status_name(r->expected_status));
+		elems[REC_CLAIMED_BY][i] = Int64GetDatum(r->claimed_by);
+		elems[REC_STATUS][i] = CStringGetTextDatum(notif_status_name(r->next.status));
 		if (outcome)
-			elems[OUTCOME][i] = CStringGetTextDatum(outcome);
+			elems[REC_OUTCOME][i] = CStringGetTextDatum(outcome);
 		else
-			nulls[OUTCOME][i] = true;
-		elems[HTTP][i] = Int32GetDatum((int32) r->http_status);
-		nulls[HTTP][i] = (r->http_status == 0);
+			nulls[REC_OUTCOME][i] = true;
+		elems[REC_HTTP][i] = Int32GetDatum((int32) r->http_status);
+		nulls[REC_HTTP][i] = (r->http_status == 0);
 		if (r->error && r->error[0])
-			elems[ERROR_][i] = CStringGetTextDatum(r->error);
+			elems[REC_ERROR_][i] = CStringGetTextDatum(r->error);
 		else
-			nulls[ERROR_][i] = true;
-		elems[NEXT_AT][i] = TimestampTzGetDatum(r->next.next_at);
-		nulls[NEXT_AT][i] = !r->next.retry;
-		elems[SENT_AT][i] = TimestampTzGetDatum(r->sent_at);
-		nulls[SENT_AT][i] = (r->sent_at == 0);
-		elems[TRIES_DELTA][i] = Int32GetDatum(r->next.tries_delta);
-		elems[STARTED][i] = TimestampTzGetDatum(r->started_at);
-		elems[ENDED][i] = TimestampTzGetDatum(r->ended_at);
-		elems[ATTEMPT][i] = Int32GetDatum(r->earlier_tries + r->tries);
+			nulls[REC_ERROR_][i] = true;
+		elems[REC_NEXT_AT][i] = TimestampTzGetDatum(r->next.next_at);
+		nulls[REC_NEXT_AT][i] = !r->next.row->retries;
+		elems[REC_SENT_AT][i] = TimestampTzGetDatum(r->sent_at);
+		nulls[REC_SENT_AT][i] = (r->sent_at == 0);
+		elems[REC_TRIES_DELTA][i] = Int32GetDatum(r->next.tries_delta);
+		elems[REC_STARTED][i] = TimestampTzGetDatum(r->started_at);
+		elems[REC_ENDED][i] = TimestampTzGetDatum(r->ended_at);
+		elems[REC_ATTEMPT][i] = Int32GetDatum(r->earlier_tries + r->tries);
 	}
-	for (c = 0; c < NCOLS; c++)
-		values[c] = array_of(elems[c], nulls[c], n, elemtypes[c]);
+	for (c = 0; c < N_RECORD_COLUMNS; c++)
+		values[c] = array_of(elems[c], nulls[c], n, record_columns[c].elemtype);
 
 	run(PLAN_RECORD, values, NULL, false, SPI_OK_SELECT);
 	if (updated)
@@ -496,17 +544,18 @@ notif_sql_orphans(const int64 *live, int n_live, MemoryContext cxt, NotifOrphanJ
 	{
 		NotifOrphanJob *j = &jobs[i];
 
-		j->id = col_int(i, 1);
+		j->job.id = col_int(i, 1);
 		j->kind = col_text(i, 2, cxt);
-		j->status = col_text(i, 3, cxt);
-		j->tries = col_int(i, 4);
-		j->claimed_by = col_int(i, 5);
+		j->status = notif_status_from_name(col_text(i, 3, cxt));
+		j->job.delivery = notif_delivery_claimed_as(j->status);
+		j->job.tries = col_int(i, 4);
+		j->job.claimed_by = col_int(i, 5);
 		j->claimed_at = col_timestamptz(i, 6);
-		j->deadline_at = col_timestamptz(i, 7);
-		j->policy.max_tries = col_int(i, 8);
-		j->policy.backoff_min_ms = col_int(i, 9);
-		j->policy.backoff_max_ms = col_int(i, 10);
-		j->earlier_tries = col_int(i, 11);
+		j->job.deadline_at = col_timestamptz(i, 7);
+		j->job.policy.max_tries = col_int(i, 8);
+		j->job.policy.backoff_min_ms = col_int(i, 9);
+		j->job.policy.backoff_max_ms = col_int(i, 10);
+		j->job.earlier_tries = col_int(i, 11);
 	}
 	*out = jobs;
 	return (int) SPI_processed;

@@ -18,7 +18,7 @@ typedef struct NotifClaimedJob
 	int64		user_id;
 	char	   *order_id;
 	Jsonb	   *payload;
-	char	   *status;			/* 'sent', 'sending' or 'expired' */
+	bool		deadline_passed;	/* claimed as late (claim_late): no call */
 	int			tries;
 	TimestampTz deadline_at;	/* 0: none */
 	int			earlier_tries;	/* before the last re-drive */
@@ -27,15 +27,10 @@ typedef struct NotifClaimedJob
 /* a job held by a sender that is gone */
 typedef struct NotifOrphanJob
 {
-	int64		id;
+	NotifJobRef job;			/* delivery: what its claimed status says */
 	char	   *kind;
-	char	   *status;
-	int			tries;
-	int64		claimed_by;
+	NotifStatus status;			/* as its claim left it */
 	TimestampTz claimed_at;
-	TimestampTz deadline_at;
-	NotifRetryPolicy policy;	/* its type's */
-	int			earlier_tries;
 } NotifOrphanJob;
 
 /* what to write about one finished (or abandoned) call */
@@ -44,7 +39,7 @@ typedef struct NotifResult
 	int64		job_id;
 	int			tries;			/* the job's tries as claimed (CAS) */
 	int			earlier_tries;	/* the attempt is earlier_tries + tries */
-	const char *expected_status;	/* as claimed (CAS) */
+	NotifStatus expected_status;	/* as claimed (CAS) */
 	int64		claimed_by;		/* as claimed (CAS) */
 	NotifTransition next;
 	NotifOutcome outcome;
@@ -58,8 +53,8 @@ typedef struct NotifResult
 extern char *notif_sql_wrong_version;
 extern bool notif_sql_prepare(void);
 extern int	notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out);
-extern int	notif_sql_claim(const char *kind, int limit, int64 incarnation,
-							MemoryContext cxt, NotifClaimedJob **out);
+extern int	notif_sql_claim(const char *kind, NotifDelivery delivery, int limit,
+							int64 incarnation, MemoryContext cxt, NotifClaimedJob **out);
 extern void notif_sql_record(NotifResult *results, int n, int *updated);
 extern int	notif_sql_orphans(const int64 *live, int n_live,
 							  MemoryContext cxt, NotifOrphanJob **out);

@@ -1,15 +1,18 @@
 /*-------------------------------------------------------------------------
  *
  * job_state.c
- *      The delivery guarantee in one screen: how a call's result is
- *      classified (classification[]), and what the job becomes after it,
- *      per delivery (transitions[]).  Everything else only carries out what
- *      these two tables say.  The TAP tests name their rows.
+ *      The delivery guarantee in one screen: every transition a job makes
+ *      (transitions[]: claim, call result, a lost sender's recovery,
+ *      notif_retry, notif_cancel) and how a call's result is classified
+ *      (classification[]).  The senders and the SQL functions only carry
+ *      out what these tables say; SQL reads them as notif_transitions(),
+ *      whose expected output (expected/lifecycle.out) is the specification,
+ *      and the TAP tests name their rows.
  *
- * When the commit happens is the other half of the guarantee, in sender.c:
- * an at_most_once job is committed 'sent' before its request leaves the
- * process; an at_least_once job is 'sending' during the call and becomes
- * 'sent' only in a commit after a 2xx arrived.
+ * When the commit happens is the other half of the guarantee (sender.c):
+ * a claim commits before its call leaves the process, so an at_most_once
+ * job is durably 'sent' before the provider can act, and an at_least_once
+ * job becomes 'sent' only in a commit after a 2xx arrived.
  *
  *-------------------------------------------------------------------------
  */
@@ -22,34 +25,89 @@
 
 #include "job_state.h"
 
-/*
- * What the job becomes after a call, by delivery and outcome.
- *   done:       the final status when there is no retry to consider
- *   retry:      go back to 'queued' (with backoff) while tries and the
- *               deadline allow; otherwise out_of_tries / out_of_time
- */
-typedef struct TransitionRow
-{
-	NotifDelivery delivery;
-	NotifOutcome outcome;
-	const char *done;
-	bool		retry;
-	const char *out_of_tries;
-	const char *out_of_time;
-} TransitionRow;
+#define AMO			AT_MOST_ONCE
+#define ALO			AT_LEAST_ONCE
+#define QUEUED		STATUS_QUEUED
+#define SENDING		STATUS_SENDING
+#define SENT		STATUS_SENT
+#define FAILED		STATUS_FAILED
+#define EXPIRED		STATUS_EXPIRED
+#define FINISHED	(STATUS_SENT | STATUS_FAILED | STATUS_EXPIRED)
+#define AMBIGUOUS	(OUTCOME_UNKNOWN | OUTCOME_UNREACHED)
 
-static const TransitionRow transitions[] = {
-	/* delivery      outcome             done      retry  no tries  no time */
-	{AT_MOST_ONCE, OUTCOME_ACCEPTED, "sent", false, NULL, NULL},
-	{AT_MOST_ONCE, OUTCOME_UNKNOWN, "sent", false, NULL, NULL},	/* never again */
-	{AT_MOST_ONCE, OUTCOME_REJECTED, "failed", false, NULL, NULL},
-	{AT_MOST_ONCE, OUTCOME_UNREACHED, NULL, true, "failed", "failed"},
-	{AT_MOST_ONCE, OUTCOME_NOT_STARTED, "expired", false, NULL, NULL},
-	{AT_LEAST_ONCE, OUTCOME_ACCEPTED, "sent", false, NULL, NULL},
-	{AT_LEAST_ONCE, OUTCOME_REJECTED, "failed", false, NULL, NULL},
-	{AT_LEAST_ONCE, OUTCOME_UNKNOWN, NULL, true, "failed", "expired"},
-	{AT_LEAST_ONCE, OUTCOME_UNREACHED, NULL, true, "failed", "expired"},
-	{AT_LEAST_ONCE, OUTCOME_NOT_STARTED, "expired", false, NULL, NULL},
+/*
+ * Every transition.  For an event, the first row whose delivery, status,
+ * outcome and condition match applies; a row that goes to STATUS_NONE
+ * refuses (nothing is written, its note says why).
+ */
+static const NotifTransitionRow transitions[] = {
+	/* name               event delivery from outcome when to retries tries holds note */
+
+	/* a sender claims a due job; the claim commits before the call starts */
+	{"claim_late", EVENT_CLAIM, DELIVERY_ANY, QUEUED, OUTCOME_ANY, COND_DEADLINE_PASSED,
+	EXPIRED, false, TRIES_KEPT, false, "deadline passed before an attempt could start"},
+	{"claim_at_most_once", EVENT_CLAIM, AMO, QUEUED, OUTCOME_ANY, COND_ALWAYS,
+	SENT, false, TRIES_COUNTED, true, NULL},
+	{"claim_at_least_once", EVENT_CLAIM, ALO, QUEUED, OUTCOME_ANY, COND_ALWAYS,
+	SENDING, false, TRIES_COUNTED, true, NULL},
+
+	/* an at_most_once call ended: the job is already 'sent' */
+	{"amo_accepted", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_ACCEPTED, COND_ALWAYS,
+	SENT, false, TRIES_KEPT, false, NULL},
+	{"amo_unknown", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_UNKNOWN, COND_ALWAYS,
+	SENT, false, TRIES_KEPT, false, NULL},	/* never again */
+	{"amo_rejected", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_REJECTED, COND_ALWAYS,
+	FAILED, false, TRIES_KEPT, false, NULL},
+	{"amo_unreached_out_of_tries", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_UNREACHED, COND_OUT_OF_TRIES,
+	FAILED, false, TRIES_KEPT, false, NULL},
+	{"amo_unreached_out_of_time", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_UNREACHED, COND_OUT_OF_TIME,
+	FAILED, false, TRIES_KEPT, false, NULL},
+	{"amo_unreached_retry", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_UNREACHED, COND_ALWAYS,
+	QUEUED, true, TRIES_KEPT, false, NULL},
+	{"amo_not_started", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_NOT_STARTED, COND_ALWAYS,
+	EXPIRED, false, TRIES_UNCOUNTED, false, "deadline passed before the attempt could start"},
+
+	/* an at_least_once call ended: the job is 'sending' */
+	{"alo_accepted", EVENT_CALL_ENDED, ALO, SENDING, OUTCOME_ACCEPTED, COND_ALWAYS,
+	SENT, false, TRIES_KEPT, false, NULL},
+	{"alo_rejected", EVENT_CALL_ENDED, ALO, SENDING, OUTCOME_REJECTED, COND_ALWAYS,
+	FAILED, false, TRIES_KEPT, false, NULL},
+	{"alo_out_of_tries", EVENT_CALL_ENDED, ALO, SENDING, AMBIGUOUS, COND_OUT_OF_TRIES,
+	FAILED, false, TRIES_KEPT, false, NULL},
+	{"alo_out_of_time", EVENT_CALL_ENDED, ALO, SENDING, AMBIGUOUS, COND_OUT_OF_TIME,
+	EXPIRED, false, TRIES_KEPT, false, NULL},
+	{"alo_retry", EVENT_CALL_ENDED, ALO, SENDING, AMBIGUOUS, COND_ALWAYS,
+	QUEUED, true, TRIES_KEPT, false, NULL},
+	{"alo_not_started", EVENT_CALL_ENDED, ALO, SENDING, OUTCOME_NOT_STARTED, COND_ALWAYS,
+	EXPIRED, false, TRIES_UNCOUNTED, false, "deadline passed before the attempt could start"},
+
+	/* the sender holding the job stopped during its call: outcome unknown */
+	{"lost_at_most_once", EVENT_SENDER_LOST, AMO, SENT, OUTCOME_UNKNOWN, COND_ALWAYS,
+	SENT, false, TRIES_KEPT, false, "the sender stopped during the call"},
+	{"lost_out_of_tries", EVENT_SENDER_LOST, ALO, SENDING, OUTCOME_UNKNOWN, COND_OUT_OF_TRIES,
+	FAILED, false, TRIES_KEPT, false, "the sender stopped during the call"},
+	{"lost_out_of_time", EVENT_SENDER_LOST, ALO, SENDING, OUTCOME_UNKNOWN, COND_OUT_OF_TIME,
+	EXPIRED, false, TRIES_KEPT, false, "the sender stopped during the call"},
+	{"lost_retry", EVENT_SENDER_LOST, ALO, SENDING, OUTCOME_UNKNOWN, COND_ALWAYS,
+	QUEUED, true, TRIES_KEPT, false, "the sender stopped during the call"},
+
+	/* notif_retry: a re-drive with fresh tries (and a fresh deadline) */
+	{"retry_cancelled_by_kind", EVENT_RETRY, DELIVERY_ANY, FAILED, OUTCOME_ANY, COND_CANCELLED_BY_KIND,
+	STATUS_NONE, false, TRIES_KEPT, false, "cancelled jobs stay cancelled (retry them by id)"},
+	{"retry_forced", EVENT_RETRY, AMO, FINISHED, OUTCOME_UNKNOWN, COND_IDLE_FORCED,
+	QUEUED, true, TRIES_FRESH, false, NULL},
+	{"retry_maybe_delivered", EVENT_RETRY, AMO, FINISHED, OUTCOME_UNKNOWN, COND_IDLE,
+	STATUS_NONE, false, TRIES_KEPT, false, "may already have been delivered"},
+	{"retry", EVENT_RETRY, DELIVERY_ANY, FAILED | EXPIRED, OUTCOME_ANY, COND_ALWAYS,
+	QUEUED, true, TRIES_FRESH, false, NULL},
+	{"retry_refused", EVENT_RETRY, DELIVERY_ANY, STATUS_ANY, OUTCOME_ANY, COND_ALWAYS,
+	STATUS_NONE, false, TRIES_KEPT, false, "only failed or expired jobs can be retried"},
+
+	/* notif_cancel: a queued job never goes out */
+	{"cancel", EVENT_CANCEL, DELIVERY_ANY, QUEUED, OUTCOME_ANY, COND_ALWAYS,
+	FAILED, false, TRIES_KEPT, false, "cancelled"},
+	{"cancel_refused", EVENT_CANCEL, DELIVERY_ANY, STATUS_ANY, OUTCOME_ANY, COND_ALWAYS,
+	STATUS_NONE, false, TRIES_KEPT, false, "only a queued job can be cancelled"},
 };
 
 /*
@@ -79,37 +137,12 @@ static const ClassificationRow classification[] = {
 	{CURLE_PARTIAL_FILE, OUTCOME_UNKNOWN},
 };
 
-NotifDelivery
-notif_delivery_from_string(const char *s)
-{
-	return strcmp(s, "at_most_once") == 0 ? AT_MOST_ONCE : AT_LEAST_ONCE;
-}
-
-const char *
-notif_outcome_name(NotifOutcome outcome)
-{
-	switch (outcome)
-	{
-		case OUTCOME_ACCEPTED:
-			return "accepted";
-		case OUTCOME_REJECTED:
-			return "rejected";
-		case OUTCOME_UNREACHED:
-			return "unreached";
-		case OUTCOME_UNKNOWN:
-			return "unknown";
-		case OUTCOME_NOT_STARTED:
-			return NULL;
-	}
-	return NULL;
-}
-
 /*
- * Classify a finished call.  connected: the TCP (and TLS) connection was
- * established; request_sent: any byte of the request was written.
+ * Classify a finished call.  request_sent: any byte of the request was
+ * written (so the connection, and TLS, were established).
  */
 NotifOutcome
-notif_classify(int curl_code, long http_status, bool connected, bool request_sent)
+notif_classify(int curl_code, long http_status, bool request_sent)
 {
 	int			i;
 
@@ -127,10 +160,6 @@ notif_classify(int curl_code, long http_status, bool connected, bool request_sen
 									 * not followed) */
 	}
 
-	/* a timeout is safe to retry only if it struck before sending */
-	if (curl_code == CURLE_OPERATION_TIMEDOUT)
-		return (connected && request_sent) ? OUTCOME_UNKNOWN : OUTCOME_UNREACHED;
-
 	for (i = 0; i < (int) lengthof(classification); i++)
 		if (classification[i].code == (CURLcode) curl_code)
 		{
@@ -145,7 +174,76 @@ notif_classify(int curl_code, long http_status, bool connected, bool request_sen
 			return classification[i].outcome;
 		}
 
+	/* a timeout among others: safe to retry only if it struck before sending */
 	return request_sent ? OUTCOME_UNKNOWN : OUTCOME_UNREACHED;
+}
+
+static bool
+condition_holds(NotifCondition when, const NotifFacts *f)
+{
+	switch (when)
+	{
+		case COND_ALWAYS:
+			return true;
+		case COND_DEADLINE_PASSED:
+			return f->deadline_passed;
+		case COND_OUT_OF_TRIES:
+			return f->out_of_tries;
+		case COND_OUT_OF_TIME:
+			return f->out_of_time;
+		case COND_IDLE_FORCED:
+			return !f->held && f->forced;
+		case COND_IDLE:
+			return !f->held;
+		case COND_CANCELLED_BY_KIND:
+			return f->cancelled && f->by_kind;
+	}
+	return false;
+}
+
+const NotifTransitionRow *
+notif_find_transition(NotifEvent event, NotifDelivery delivery, NotifStatus from,
+					  int outcome, const NotifFacts *facts)
+{
+	int			i;
+
+	for (i = 0; i < (int) lengthof(transitions); i++)
+	{
+		const NotifTransitionRow *row = &transitions[i];
+
+		if (row->event != event || !(row->delivery & delivery) || !(row->from & from))
+			continue;
+		if (row->outcome != OUTCOME_ANY &&
+			(outcome == OUTCOME_NONE || !(row->outcome & outcome)))
+			continue;
+		if (condition_holds(row->when, facts))
+			return row;
+	}
+	return NULL;
+}
+
+const NotifTransitionRow *
+notif_transition_rows(int *n)
+{
+	*n = (int) lengthof(transitions);
+	return transitions;
+}
+
+const NotifTransitionRow *
+notif_claim_row(NotifDelivery delivery, bool deadline_passed)
+{
+	NotifFacts	facts = {.deadline_passed = deadline_passed};
+	const NotifTransitionRow *row = notif_find_transition(EVENT_CLAIM, delivery, STATUS_QUEUED,
+														  OUTCOME_NONE, &facts);
+
+	Assert(row != NULL);
+	return row;
+}
+
+NotifDelivery
+notif_delivery_claimed_as(NotifStatus status)
+{
+	return notif_claim_row(AT_MOST_ONCE, false)->to == (int) status ? AT_MOST_ONCE : AT_LEAST_ONCE;
 }
 
 /*
@@ -168,57 +266,49 @@ notif_backoff_ms(const NotifRetryPolicy *policy, int tries)
 	return d / 2 + (int64) pg_prng_uint64_range(&pg_global_prng_state, 0, d - d / 2);
 }
 
-static const TransitionRow *
-transition_row(NotifDelivery delivery, NotifOutcome outcome)
-{
-	int			i;
-
-	for (i = 0; i < (int) lengthof(transitions); i++)
-		if (transitions[i].delivery == delivery && transitions[i].outcome == outcome)
-			return &transitions[i];
-	Assert(false);
-	return NULL;
-}
-
-/* Does a call that ended so leave its job 'sent', with no retry to consider? */
+/* Does a call that ended so leave its job 'sent', whatever its tries? */
 bool
 notif_ends_sent(NotifDelivery delivery, NotifOutcome outcome)
 {
-	const TransitionRow *row = transition_row(delivery, outcome);
+	NotifFacts	facts = {0};
+	const NotifTransitionRow *row;
 
-	return row->done != NULL && strcmp(row->done, "sent") == 0;
+	row = notif_find_transition(EVENT_CALL_ENDED, delivery,
+								(NotifStatus) notif_claim_row(delivery, false)->to,
+								outcome, &facts);
+	return row != NULL && row->to == STATUS_SENT;
 }
 
+/*
+ * What a job becomes after its call ended (EVENT_CALL_ENDED) or its sender
+ * was lost during it (EVENT_SENDER_LOST): the row that applies, and when
+ * the next try is due if it retries.
+ */
 NotifTransition
-notif_next_state(NotifDelivery delivery, NotifOutcome outcome, int tries,
-				 const NotifRetryPolicy *policy, TimestampTz now,
+notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
+				 int tries, const NotifRetryPolicy *policy, TimestampTz now,
 				 TimestampTz deadline_at, int64 retry_after_ms)
 {
 	NotifTransition t = {0};
-	const TransitionRow *row = transition_row(delivery, outcome);
-	int64		delay_ms;
+	NotifFacts	facts = {0};
+	int64		delay_ms = notif_backoff_ms(policy, tries);
+	TimestampTz next_at;
 
-	t.tries_delta = (outcome == OUTCOME_NOT_STARTED) ? -1 : 0;
-	if (!row->retry)
-	{
-		t.status = row->done;
-		return t;
-	}
-
-	/* a retry: when, and is it allowed? */
-	delay_ms = notif_backoff_ms(policy, tries);
 	if (retry_after_ms > delay_ms)
 		delay_ms = retry_after_ms;
-	t.next_at = TimestampTzPlusMilliseconds(now, delay_ms);
+	next_at = TimestampTzPlusMilliseconds(now, delay_ms);
+	facts.out_of_tries = tries >= policy->max_tries;
+	facts.out_of_time = deadline_at != 0 && next_at >= deadline_at;
 
-	if (tries >= policy->max_tries)
-		t.status = row->out_of_tries;
-	else if (deadline_at != 0 && t.next_at >= deadline_at)
-		t.status = row->out_of_time;
-	else
-	{
-		t.status = "queued";
-		t.retry = true;
-	}
+	t.row = notif_find_transition(event, delivery,
+								  (NotifStatus) notif_claim_row(delivery, false)->to,
+								  outcome, &facts);
+	if (t.row == NULL)
+		elog(ERROR, "notif_deliver: no transition for a call ended with outcome %s",
+			 notif_outcome_name(outcome));
+	t.status = (NotifStatus) t.row->to;
+	t.tries_delta = (t.row->tries == TRIES_UNCOUNTED) ? -1 : 0;
+	if (t.row->retries)
+		t.next_at = next_at;
 	return t;
 }

@@ -76,10 +76,10 @@ notif_register_launcher(void)
 static void
 launcher_detach(int code, Datum arg)
 {
-	SpinLockAcquire(&notif_shared->mutex);
+	LWLockAcquire(notif_shared->lanes_lock, LW_EXCLUSIVE);
 	notif_shared->launcher_pid = 0;
 	notif_shared->launcher_latch = NULL;
-	SpinLockRelease(&notif_shared->mutex);
+	LWLockRelease(notif_shared->lanes_lock);
 }
 
 /* Log an error once; the same error again is not repeated. */
@@ -147,9 +147,9 @@ sender_alive(int slotno)
 		workers[slotno].handle = NULL;
 	}
 	/* a sender started by a previous launcher */
-	SpinLockAcquire(&notif_shared->mutex);
+	LWLockAcquire(notif_shared->lanes_lock, LW_EXCLUSIVE);
 	pid = notif_shared->lanes[slotno].pid;
-	SpinLockRelease(&notif_shared->mutex);
+	LWLockRelease(notif_shared->lanes_lock);
 	return pid != 0 && kill(pid, 0) == 0;
 }
 
@@ -163,9 +163,9 @@ stop_sender(int slotno)
 		TerminateBackgroundWorker(workers[slotno].handle);
 		return;
 	}
-	SpinLockAcquire(&notif_shared->mutex);
+	LWLockAcquire(notif_shared->lanes_lock, LW_EXCLUSIVE);
 	pid = notif_shared->lanes[slotno].pid;
-	SpinLockRelease(&notif_shared->mutex);
+	LWLockRelease(notif_shared->lanes_lock);
 	if (pid != 0)
 		kill(pid, SIGTERM);
 }
@@ -205,9 +205,9 @@ reconcile(char **lanes, int n_lanes)
 		else
 		{
 			ereport(LOG, (errmsg("notif_deliver: lane \"%s\" stopped", slot->lane)));
-			SpinLockAcquire(&notif_shared->mutex);
+			LWLockAcquire(notif_shared->lanes_lock, LW_EXCLUSIVE);
 			slot->in_use = false;
-			SpinLockRelease(&notif_shared->mutex);
+			LWLockRelease(notif_shared->lanes_lock);
 		}
 	}
 
@@ -227,15 +227,17 @@ reconcile(char **lanes, int n_lanes)
 			continue;
 		}
 		workers[i].start_failed = false;
-		SpinLockAcquire(&notif_shared->mutex);
+		LWLockAcquire(notif_shared->lanes_lock, LW_EXCLUSIVE);
 		notif_shared->lanes[i].in_use = true;
 		strlcpy(notif_shared->lanes[i].lane, lanes[j], NOTIF_NAME_MAXLEN);
 		pg_atomic_write_u32(&notif_shared->lanes[i].inflight, 0);
 		pg_atomic_write_u64(&notif_shared->lanes[i].sent, 0);
 		pg_atomic_write_u32(&notif_shared->lanes[i].state, WORKER_STARTING);
+		pg_atomic_write_u64(&notif_shared->lanes[i].config_seen, 0);
+		notif_shared->lanes[i].n_unshared = 0;
 		for (k = 0; k < NOTIF_RATE_SECONDS; k++)
 			pg_atomic_write_u64(&notif_shared->lanes[i].sent_second[k], 0);
-		SpinLockRelease(&notif_shared->mutex);
+		LWLockRelease(notif_shared->lanes_lock);
 		ereport(LOG, (errmsg("notif_deliver: starting the sender of lane \"%s\"", lanes[j])));
 		start_sender(i);
 	}
@@ -323,10 +325,10 @@ notif_launcher_main(Datum arg)
 	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_OVERRIDE);
 	pgstat_report_appname("notif_deliver launcher");
 
-	SpinLockAcquire(&notif_shared->mutex);
+	LWLockAcquire(notif_shared->lanes_lock, LW_EXCLUSIVE);
 	notif_shared->launcher_pid = MyProcPid;
 	notif_shared->launcher_latch = MyLatch;
-	SpinLockRelease(&notif_shared->mutex);
+	LWLockRelease(notif_shared->lanes_lock);
 	before_shmem_exit(launcher_detach, (Datum) 0);
 
 	workers = MemoryContextAllocZero(TopMemoryContext, sizeof(LaneWorker) * notif_max_lanes);
@@ -370,6 +372,7 @@ notif_launcher_main(Datum arg)
 			{
 				launcher_round(round_cxt, purge);
 				seen_generation = generation;
+				pg_atomic_write_u64(&notif_shared->launcher_config_seen, generation);
 				seen_extension = extension;
 				seen_enabled = notif_enabled;
 				if (last_error)

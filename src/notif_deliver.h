@@ -13,11 +13,19 @@
 #include "datatype/timestamp.h"
 #include "port/atomics.h"
 #include "storage/latch.h"
-#include "storage/spin.h"
+#include "storage/lwlock.h"
 
 #define NOTIF_EXTENSION_NAME	"notif_deliver"
 #define NOTIF_NAME_MAXLEN		64	/* lane and provider names in shmem */
 #define NOTIF_MAX_INFLIGHT_LIMIT	10000	/* notif_deliver.max_inflight's bound */
+
+/*
+ * The most lanes notif_deliver.max_lanes allows.  Every array with an entry
+ * per lane is sized by it: were one smaller, live senders would look dead
+ * and their jobs be "recovered" and sent again.
+ */
+#define NOTIF_MAX_LANES_LIMIT	256
+#define NOTIF_MAX_PROVIDERS_LIMIT	4096	/* notif_deliver.max_providers' bound */
 
 /*
  * The extension version whose schema this library's workers need.  Until
@@ -34,13 +42,21 @@ extern int	notif_max_inflight;
 extern int	notif_batch_size;
 extern int	notif_poll_interval_ms;
 extern int	notif_max_lanes;
+extern int	notif_max_providers;
 extern int	notif_purge_interval_ms;
 extern int	notif_purge_batch_size;
 
 extern void notif_define_gucs(void);
 
-/* shmem.c: what the launcher, the senders and enqueuing sessions share */
+/*
+ * shmem.c: what the launcher, the senders and enqueuing sessions share.
+ * lanes_lock guards the lane slots' identity (in_use, lane, pid, latch,
+ * incarnation) and the launcher's pid and latch; providers_lock guards
+ * the provider slots.  Counters are atomics, read and written without a
+ * lock.  Neither lock is held across anything that can block or fail.
+ */
 #define NOTIF_RATE_SECONDS 60
+#define NOTIF_UNSHARED_SHOWN 8	/* providers a lane lists as limited per lane */
 
 /* what a process is doing, as notif_workers() shows it */
 typedef enum NotifWorkerState
@@ -63,37 +79,44 @@ typedef struct NotifLaneSlot
 	pg_atomic_uint32 inflight;	/* calls in flight */
 	pg_atomic_uint64 sent;		/* calls ended, since the slot was assigned */
 	pg_atomic_uint32 state;		/* NotifWorkerState */
+	pg_atomic_uint64 config_seen;	/* the configuration generation it read */
 	/* jobs sent, per second of the last minute (written by the sender) */
 	pg_atomic_uint64 sent_second[NOTIF_RATE_SECONDS];	/* which second */
 	pg_atomic_uint32 sent_count[NOTIF_RATE_SECONDS];	/* how many in it */
+	/* providers with no shared slot, limited in this lane only (throttle.c) */
+	int			n_unshared;		/* under lanes_lock */
+	char		unshared[NOTIF_UNSHARED_SHOWN][NOTIF_NAME_MAXLEN];
 } NotifLaneSlot;
 
+/* a provider's limits shared by all lanes (throttle.c), under providers_lock */
 typedef struct NotifProviderSlot
 {
 	bool		in_use;
 	char		name[NOTIF_NAME_MAXLEN];
+	int			senders;		/* attachments: lane types that use it */
 	int			inflight;		/* calls in flight, all lanes */
 	double		tokens;			/* rate limit bucket */
 	TimestampTz refilled_at;
-	TimestampTz paused_until;	/* after a 429/503 with Retry-After */
+	TimestampTz paused_until;	/* after a 429 with Retry-After */
 	bool		starved;		/* a lane found no room: wake senders on release */
 } NotifProviderSlot;
 
-#define NOTIF_MAX_PROVIDERS 64
-
 typedef struct NotifShared
 {
-	slock_t		mutex;			/* protects everything not atomic */
+	LWLock	   *lanes_lock;
+	LWLock	   *providers_lock;
 	pid_t		launcher_pid;
 	Latch	   *launcher_latch;
 	pg_atomic_uint32 launcher_state;	/* NotifWorkerState */
+	pg_atomic_uint64 launcher_config_seen;	/* the generation it acted on */
 	pg_atomic_uint64 config_generation;	/* bumped by each config commit */
-	int64		next_incarnation;
-	NotifProviderSlot providers[NOTIF_MAX_PROVIDERS];
-	NotifLaneSlot lanes[FLEXIBLE_ARRAY_MEMBER];
+	pg_atomic_uint64 next_incarnation;
+	NotifLaneSlot lanes[FLEXIBLE_ARRAY_MEMBER];	/* notif_max_lanes of them */
+	/* then notif_max_providers NotifProviderSlots: notif_providers */
 } NotifShared;
 
 extern NotifShared *notif_shared;
+extern NotifProviderSlot *notif_providers;
 
 extern void notif_shmem_request(void);
 extern void notif_shmem_attach(void);
@@ -102,7 +125,7 @@ extern void notif_raise_incarnation(int64 floor);
 extern void notif_wake_lane(const char *lane);
 extern void notif_wake_all(void);
 extern void notif_wake_senders(void);
-extern int	notif_live_incarnations(int64 *out, int max);
+extern int	notif_live_incarnations(int64 out[NOTIF_MAX_LANES_LIMIT]);
 extern void notif_count_sent(NotifLaneSlot *lane, int n);
 extern uint64 notif_sent_last_minute(NotifLaneSlot *lane);
 

@@ -22,15 +22,25 @@
 #include "notif_deliver.h"
 
 NotifShared *notif_shared = NULL;
+NotifProviderSlot *notif_providers = NULL;
+
+#define NOTIF_TRANCHE "notif_deliver"
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 static Size
+providers_offset(void)
+{
+	return MAXALIGN(add_size(offsetof(NotifShared, lanes),
+							 mul_size(notif_max_lanes, sizeof(NotifLaneSlot))));
+}
+
+static Size
 notif_shmem_size(void)
 {
-	return add_size(offsetof(NotifShared, lanes),
-					mul_size(notif_max_lanes, sizeof(NotifLaneSlot)));
+	return add_size(providers_offset(),
+					mul_size(notif_max_providers, sizeof(NotifProviderSlot)));
 }
 
 static void
@@ -39,6 +49,7 @@ shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(notif_shmem_size());
+	RequestNamedLWLockTranche(NOTIF_TRANCHE, 2);
 }
 
 static void
@@ -52,6 +63,7 @@ shmem_startup(void)
 	 * memory has been created anew: never keep a pointer into the old one.
 	 */
 	notif_shared = NULL;
+	notif_providers = NULL;
 	notif_shmem_attach();
 }
 
@@ -80,13 +92,18 @@ notif_shmem_attach(void)
 		return;
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	notif_shared = ShmemInitStruct("notif_deliver", notif_shmem_size(), &found);
+	notif_providers = (NotifProviderSlot *) ((char *) notif_shared + providers_offset());
 	if (!found)
 	{
+		LWLockPadded *locks = GetNamedLWLockTranche(NOTIF_TRANCHE);
+
 		memset(notif_shared, 0, notif_shmem_size());
-		SpinLockInit(&notif_shared->mutex);
+		notif_shared->lanes_lock = &locks[0].lock;
+		notif_shared->providers_lock = &locks[1].lock;
 		pg_atomic_init_u64(&notif_shared->config_generation, 1);
-		notif_shared->next_incarnation = GetCurrentTimestamp();
+		pg_atomic_init_u64(&notif_shared->next_incarnation, GetCurrentTimestamp());
 		pg_atomic_init_u32(&notif_shared->launcher_state, WORKER_STARTING);
+		pg_atomic_init_u64(&notif_shared->launcher_config_seen, 0);
 		for (i = 0; i < notif_max_lanes; i++)
 		{
 			NotifLaneSlot *slot = &notif_shared->lanes[i];
@@ -95,6 +112,7 @@ notif_shmem_attach(void)
 			pg_atomic_init_u32(&slot->inflight, 0);
 			pg_atomic_init_u64(&slot->sent, 0);
 			pg_atomic_init_u32(&slot->state, WORKER_STARTING);
+			pg_atomic_init_u64(&slot->config_seen, 0);
 			for (s = 0; s < NOTIF_RATE_SECONDS; s++)
 			{
 				pg_atomic_init_u64(&slot->sent_second[s], 0);
@@ -109,22 +127,19 @@ notif_shmem_attach(void)
 int64
 notif_new_incarnation(void)
 {
-	int64		result;
-
-	SpinLockAcquire(&notif_shared->mutex);
-	result = ++notif_shared->next_incarnation;
-	SpinLockRelease(&notif_shared->mutex);
-	return result;
+	return (int64) pg_atomic_add_fetch_u64(&notif_shared->next_incarnation, 1);
 }
 
 /* Make every incarnation from now on larger than "floor". */
 void
 notif_raise_incarnation(int64 floor)
 {
-	SpinLockAcquire(&notif_shared->mutex);
-	if (notif_shared->next_incarnation < floor)
-		notif_shared->next_incarnation = floor;
-	SpinLockRelease(&notif_shared->mutex);
+	uint64		current = pg_atomic_read_u64(&notif_shared->next_incarnation);
+
+	while (current < (uint64) floor &&
+		   !pg_atomic_compare_exchange_u64(&notif_shared->next_incarnation, &current,
+										   (uint64) floor))
+		;						/* current was updated: look again */
 }
 
 /* Set the latch of the sender of a lane, if one runs. */
@@ -136,7 +151,7 @@ notif_wake_lane(const char *lane)
 
 	if (notif_shared == NULL)
 		return;
-	SpinLockAcquire(&notif_shared->mutex);
+	LWLockAcquire(notif_shared->lanes_lock, LW_SHARED);
 	for (i = 0; i < notif_max_lanes; i++)
 	{
 		NotifLaneSlot *slot = &notif_shared->lanes[i];
@@ -147,7 +162,7 @@ notif_wake_lane(const char *lane)
 			break;
 		}
 	}
-	SpinLockRelease(&notif_shared->mutex);
+	LWLockRelease(notif_shared->lanes_lock);
 	if (latch)
 		SetLatch(latch);
 }
@@ -155,19 +170,19 @@ notif_wake_lane(const char *lane)
 static void
 wake(bool launcher)
 {
-	Latch	   *latches[1 + 256];
+	Latch	   *latches[1 + NOTIF_MAX_LANES_LIMIT];
 	int			n = 0;
 	int			i;
 
 	if (notif_shared == NULL)
 		return;
-	SpinLockAcquire(&notif_shared->mutex);
+	LWLockAcquire(notif_shared->lanes_lock, LW_SHARED);
 	if (launcher && notif_shared->launcher_latch)
 		latches[n++] = notif_shared->launcher_latch;
 	for (i = 0; i < notif_max_lanes && n < (int) lengthof(latches); i++)
 		if (notif_shared->lanes[i].in_use && notif_shared->lanes[i].latch)
 			latches[n++] = notif_shared->lanes[i].latch;
-	SpinLockRelease(&notif_shared->mutex);
+	LWLockRelease(notif_shared->lanes_lock);
 	for (i = 0; i < n; i++)
 		SetLatch(latches[i]);
 }
@@ -188,16 +203,17 @@ notif_wake_senders(void)
 
 /* The incarnations of the senders running now; returns how many. */
 int
-notif_live_incarnations(int64 *out, int max)
+notif_live_incarnations(int64 out[NOTIF_MAX_LANES_LIMIT])
 {
 	int			n = 0;
 	int			i;
 
-	SpinLockAcquire(&notif_shared->mutex);
-	for (i = 0; i < notif_max_lanes && n < max; i++)
+	Assert(notif_max_lanes <= NOTIF_MAX_LANES_LIMIT);
+	LWLockAcquire(notif_shared->lanes_lock, LW_SHARED);
+	for (i = 0; i < notif_max_lanes; i++)
 		if (notif_shared->lanes[i].in_use && notif_shared->lanes[i].incarnation != 0)
 			out[n++] = notif_shared->lanes[i].incarnation;
-	SpinLockRelease(&notif_shared->mutex);
+	LWLockRelease(notif_shared->lanes_lock);
 	return n;
 }
 

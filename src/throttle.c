@@ -7,12 +7,25 @@
  *      a second's worth, at least one), and a pause after the provider
  *      answered 429 with Retry-After.
  *
+ * A sender attaches to the throttle of each provider its types use when it
+ * reads its configuration, and detaches when it reads it again or exits.
+ * The limits live in a shared provider slot (notif_providers, under
+ * providers_lock); a slot no sender is attached to and with no call in
+ * flight is free for another provider.  When every one of the
+ * notif_deliver.max_providers slots is taken, the provider's limits are
+ * still applied, in the lane alone, by a slot of the sender's own: a
+ * warning says so once, and notif_provider_slots() shows it.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include <math.h>
 
+#include "miscadmin.h"
+#include "nodes/pg_list.h"
+#include "storage/latch.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "delivery.h"
@@ -22,35 +35,178 @@
 /* the longest pause a Retry-After may impose on a provider */
 #define MAX_PAUSE_MS (3600 * 1000)
 
-/* slots this process holds, per provider slot */
-static int	held[NOTIF_MAX_PROVIDERS];
+/* a provider this process is attached to; a handle is its index */
+typedef struct Attachment
+{
+	char		name[NOTIF_NAME_MAXLEN];
+	int			refs;			/* attachments of this process's lane types */
+	int			held;			/* granted, not yet released */
+	int			shared;			/* its slot in notif_providers; -1: local */
+	NotifProviderSlot local;	/* the limits, when not shared */
+} Attachment;
 
-/* find the provider's slot, or take a free one; -1 if all are taken */
+static Attachment *attachments = NULL;
+static int	n_attachments = 0;
+static int	max_attachments = 0;
+static List *warned = NIL;		/* providers already warned about */
+
+#define IN_USE(a) ((a)->refs > 0 || (a)->held > 0)
+
+static void
+reset_slot(NotifProviderSlot *p, const char *name)
+{
+	memset(p, 0, sizeof(*p));
+	p->in_use = true;
+	strlcpy(p->name, name, NOTIF_NAME_MAXLEN);
+	p->tokens = 1;
+}
+
+/* The provider's shared slot, taking a free one; -1 if all are taken. */
 static int
-provider_slot(const char *name)
+take_shared_slot(const char *name)
 {
 	int			free_slot = -1;
 	int			i;
 
-	for (i = 0; i < NOTIF_MAX_PROVIDERS; i++)
+	LWLockAcquire(notif_shared->providers_lock, LW_EXCLUSIVE);
+	for (i = 0; i < notif_max_providers; i++)
 	{
-		NotifProviderSlot *p = &notif_shared->providers[i];
+		NotifProviderSlot *p = &notif_providers[i];
 
 		if (p->in_use && strcmp(p->name, name) == 0)
+		{
+			p->senders++;
+			LWLockRelease(notif_shared->providers_lock);
 			return i;
-		if (!p->in_use && free_slot < 0)
+		}
+		if (free_slot < 0 && (!p->in_use || (p->senders == 0 && p->inflight == 0)))
 			free_slot = i;
 	}
 	if (free_slot >= 0)
 	{
-		NotifProviderSlot *p = &notif_shared->providers[free_slot];
-
-		memset(p, 0, sizeof(*p));
-		p->in_use = true;
-		strlcpy(p->name, name, NOTIF_NAME_MAXLEN);
-		p->tokens = 1;
+		reset_slot(&notif_providers[free_slot], name);
+		notif_providers[free_slot].senders = 1;
 	}
+	LWLockRelease(notif_shared->providers_lock);
 	return free_slot;
+}
+
+/* Show (or stop showing) a provider limited in this lane only. */
+static void
+list_unshared(NotifLaneSlot *lane, const char *name, bool add)
+{
+	int			i;
+
+	LWLockAcquire(notif_shared->lanes_lock, LW_EXCLUSIVE);
+	for (i = 0; i < lane->n_unshared; i++)
+		if (strcmp(lane->unshared[i], name) == 0)
+			break;
+	if (add && i == lane->n_unshared && i < NOTIF_UNSHARED_SHOWN)
+		strlcpy(lane->unshared[lane->n_unshared++], name, NOTIF_NAME_MAXLEN);
+	else if (!add && i < lane->n_unshared)
+	{
+		lane->n_unshared--;
+		memmove(lane->unshared[i], lane->unshared[i + 1],
+				(lane->n_unshared - i) * NOTIF_NAME_MAXLEN);
+	}
+	LWLockRelease(notif_shared->lanes_lock);
+}
+
+static void
+warn_unshared(const char *name)
+{
+	ListCell   *lc;
+	MemoryContext old;
+
+	foreach(lc, warned)
+		if (strcmp((char *) lfirst(lc), name) == 0)
+			return;
+	ereport(WARNING,
+			(errmsg("notif_deliver: provider \"%s\" has no shared slot: its max_inflight and rate_limit apply per lane",
+					name),
+			 errdetail("All %d provider slots are in use by other providers.", notif_max_providers),
+			 errhint("Raise notif_deliver.max_providers (a restart); notif_provider_slots() shows the slots.")));
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	warned = lappend(warned, pstrdup(name));
+	MemoryContextSwitchTo(old);
+}
+
+/* Attach this lane's sender to a provider's throttle; returns the handle. */
+int
+notif_throttle_attach(const char *provider, NotifLaneSlot *lane)
+{
+	Attachment *a = NULL;
+	int			h;
+
+	for (h = 0; h < n_attachments; h++)
+		if (IN_USE(&attachments[h]) && strcmp(attachments[h].name, provider) == 0)
+		{
+			attachments[h].refs++;
+			return h;
+		}
+	for (h = 0; h < n_attachments; h++)
+		if (!IN_USE(&attachments[h]))
+			break;
+	if (h == max_attachments)
+	{
+		max_attachments = Max(16, 2 * max_attachments);
+		attachments = attachments
+			? repalloc(attachments, sizeof(Attachment) * max_attachments)
+			: MemoryContextAlloc(TopMemoryContext, sizeof(Attachment) * max_attachments);
+	}
+	if (h == n_attachments)
+		n_attachments++;
+	a = &attachments[h];
+	memset(a, 0, sizeof(*a));
+	strlcpy(a->name, provider, NOTIF_NAME_MAXLEN);
+	a->refs = 1;
+	a->shared = take_shared_slot(provider);
+	if (a->shared < 0)
+	{
+		reset_slot(&a->local, provider);
+		list_unshared(lane, provider, true);
+		warn_unshared(provider);
+	}
+	return h;
+}
+
+static void
+let_go(Attachment *a, NotifLaneSlot *lane)
+{
+	if (a->shared >= 0)
+	{
+		LWLockAcquire(notif_shared->providers_lock, LW_EXCLUSIVE);
+		notif_providers[a->shared].senders--;
+		LWLockRelease(notif_shared->providers_lock);
+	}
+	else
+		list_unshared(lane, a->name, false);
+}
+
+void
+notif_throttle_detach(int handle, NotifLaneSlot *lane)
+{
+	Attachment *a = &attachments[handle];
+
+	Assert(a->refs > 0);
+	if (--a->refs == 0)
+		let_go(a, lane);
+}
+
+static NotifProviderSlot *
+lock_slot(Attachment *a)
+{
+	if (a->shared < 0)
+		return &a->local;
+	LWLockAcquire(notif_shared->providers_lock, LW_EXCLUSIVE);
+	return &notif_providers[a->shared];
+}
+
+static void
+unlock_slot(Attachment *a)
+{
+	if (a->shared >= 0)
+		LWLockRelease(notif_shared->providers_lock);
 }
 
 /*
@@ -59,29 +215,18 @@ provider_slot(const char *name)
  * pause, *retry_at says when to ask again (0: when a call ends).
  */
 int
-notif_throttle_acquire(const NotifProviderConf *provider, int want,
-					   TimestampTz now, TimestampTz *retry_at, int *slot_out)
+notif_throttle_acquire(int handle, const NotifProviderConf *provider, int want,
+					   TimestampTz now, TimestampTz *retry_at)
 {
-	NotifProviderSlot *p;
-	int			slot;
+	Attachment *a = &attachments[handle];
+	NotifProviderSlot *p = lock_slot(a);
 	int			granted;
 
 	*retry_at = 0;
-	SpinLockAcquire(&notif_shared->mutex);
-	slot = provider_slot(provider->name);
-	*slot_out = slot;
-	if (slot < 0)
-	{
-		/* more providers than slots: no shared limit, only the lane's */
-		SpinLockRelease(&notif_shared->mutex);
-		return want;
-	}
-	p = &notif_shared->providers[slot];
-
 	if (p->paused_until > now)
 	{
 		*retry_at = p->paused_until;
-		SpinLockRelease(&notif_shared->mutex);
+		unlock_slot(a);
 		return 0;
 	}
 
@@ -109,8 +254,8 @@ notif_throttle_acquire(const NotifProviderConf *provider, int want,
 		p->tokens -= granted;
 	}
 	p->inflight += granted;
-	held[slot] += granted;
-	SpinLockRelease(&notif_shared->mutex);
+	unlock_slot(a);
+	a->held += granted;
 	return granted;
 }
 
@@ -120,51 +265,63 @@ notif_throttle_acquire(const NotifProviderConf *provider, int want,
  * tokens are refunded too).  Lanes starved of this provider are woken.
  */
 void
-notif_throttle_release(int slot, int n, bool unused)
+notif_throttle_release(int handle, int n, bool unused)
 {
+	Attachment *a;
 	NotifProviderSlot *p;
 	bool		starved;
 
-	if (slot < 0 || n <= 0)
+	if (handle < 0 || n <= 0)
 		return;
-	p = &notif_shared->providers[slot];
-	SpinLockAcquire(&notif_shared->mutex);
-	p->inflight -= n;
-	if (p->inflight < 0)
-		p->inflight = 0;
-	held[slot] -= n;
+	a = &attachments[handle];
+	p = lock_slot(a);
+	p->inflight = Max(0, p->inflight - n);
 	if (unused)
 		p->tokens += n;
 	starved = p->starved;
 	p->starved = false;
-	SpinLockRelease(&notif_shared->mutex);
-	if (starved)
+	unlock_slot(a);
+	a->held = Max(0, a->held - n);
+	if (starved && a->shared >= 0)
 		notif_wake_senders();
-}
-
-/* At exit: give back whatever this process still holds. */
-void
-notif_throttle_release_all(void)
-{
-	int			i;
-
-	if (notif_shared == NULL)
-		return;
-	for (i = 0; i < NOTIF_MAX_PROVIDERS; i++)
-		if (held[i] > 0)
-			notif_throttle_release(i, held[i], false);
+	else if (starved)
+		SetLatch(MyLatch);		/* only this lane waits for it */
 }
 
 /* The provider said 429 with Retry-After: nobody calls it before then. */
 void
-notif_throttle_pause(int slot, TimestampTz until)
+notif_throttle_pause(int handle, TimestampTz until)
 {
-	if (slot < 0)
+	Attachment *a = &attachments[handle];
+	NotifProviderSlot *p;
+	TimestampTz longest = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), MAX_PAUSE_MS);
+
+	if (until > longest)
+		until = longest;
+	p = lock_slot(a);
+	if (p->paused_until < until)
+		p->paused_until = until;
+	unlock_slot(a);
+}
+
+/* At exit: give back whatever this process still holds, and detach. */
+void
+notif_throttle_release_all(NotifLaneSlot *lane)
+{
+	int			h;
+
+	if (notif_shared == NULL)
 		return;
-	if (until > TimestampTzPlusMilliseconds(GetCurrentTimestamp(), MAX_PAUSE_MS))
-		until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), MAX_PAUSE_MS);
-	SpinLockAcquire(&notif_shared->mutex);
-	if (notif_shared->providers[slot].paused_until < until)
-		notif_shared->providers[slot].paused_until = until;
-	SpinLockRelease(&notif_shared->mutex);
+	for (h = 0; h < n_attachments; h++)
+	{
+		Attachment *a = &attachments[h];
+
+		if (a->held > 0)
+			notif_throttle_release(h, a->held, false);
+		if (a->refs > 0)
+		{
+			a->refs = 0;
+			let_go(a, lane);
+		}
+	}
 }

@@ -1,7 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * throttle.h
- *      Per-provider limits shared by all lanes (throttle.c).
+ *      Per-provider limits shared by all lanes (throttle.c).  A sender
+ *      attaches to the throttle of each provider its types use and gets a
+ *      handle; calls are granted, released and paused through it.
  *
  *-------------------------------------------------------------------------
  */
@@ -9,11 +11,14 @@
 #define NOTIF_THROTTLE_H
 
 #include "delivery.h"
+#include "notif_deliver.h"
 
-extern int	notif_throttle_acquire(const NotifProviderConf *provider, int want,
-								   TimestampTz now, TimestampTz *retry_at, int *slot_out);
-extern void notif_throttle_release(int slot, int n, bool unused);
-extern void notif_throttle_release_all(void);
-extern void notif_throttle_pause(int slot, TimestampTz until);
+extern int	notif_throttle_attach(const char *provider, NotifLaneSlot *lane);
+extern void notif_throttle_detach(int handle, NotifLaneSlot *lane);
+extern int	notif_throttle_acquire(int handle, const NotifProviderConf *provider, int want,
+								   TimestampTz now, TimestampTz *retry_at);
+extern void notif_throttle_release(int handle, int n, bool unused);
+extern void notif_throttle_pause(int handle, TimestampTz until);
+extern void notif_throttle_release_all(NotifLaneSlot *lane);
 
 #endif							/* NOTIF_THROTTLE_H */

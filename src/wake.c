@@ -23,11 +23,13 @@
 
 #include "notif_deliver.h"
 
+/* lanes remembered by name; a transaction that enqueues into more wakes every sender */
 #define MAX_PENDING_LANES 8
 
 static bool callback_registered = false;
 static bool pending_any = false;
-static bool pending_all = false;
+static bool pending_config = false;	/* a configuration change: everyone */
+static bool pending_senders = false;	/* more lanes than remembered */
 static int	n_pending_lanes = 0;
 static char pending_lanes[MAX_PENDING_LANES][NOTIF_NAME_MAXLEN];
 
@@ -39,7 +41,8 @@ static void
 reset_pending(void)
 {
 	pending_any = false;
-	pending_all = false;
+	pending_config = false;
+	pending_senders = false;
 	n_pending_lanes = 0;
 }
 
@@ -52,11 +55,13 @@ wake_xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
-			if (pending_all)
+			if (pending_config)
 			{
 				pg_atomic_fetch_add_u64(&notif_shared->config_generation, 1);
 				notif_wake_all();
 			}
+			else if (pending_senders)
+				notif_wake_senders();
 			else
 			{
 				int			i;
@@ -96,7 +101,7 @@ notif_wake_lane_at_commit(const char *lane)
 {
 	int			i;
 
-	if (pending_all)
+	if (pending_config || pending_senders)
 		return;
 	/* the common case, a transaction enqueueing into one lane */
 	if (n_pending_lanes > 0 && strcmp(pending_lanes[n_pending_lanes - 1], lane) == 0)
@@ -107,7 +112,7 @@ notif_wake_lane_at_commit(const char *lane)
 		if (strcmp(pending_lanes[i], lane) == 0)
 			return;
 	if (n_pending_lanes == MAX_PENDING_LANES)
-		pending_all = true;
+		pending_senders = true; /* wakes every sender, changes nothing */
 	else
 		strlcpy(pending_lanes[n_pending_lanes++], lane, NOTIF_NAME_MAXLEN);
 }
@@ -117,7 +122,7 @@ void
 notif_config_changed_at_commit(void)
 {
 	if (prepare_pending())
-		pending_all = true;
+		pending_config = true;
 }
 
 /*

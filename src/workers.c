@@ -3,8 +3,11 @@
  * workers.c
  *      notif_workers(): what the launcher and each lane's sender are doing,
  *      read from shared memory: pid, lane, state, calls in flight, jobs
- *      sent in the last minute.  A lane whose sender is not running (no
+ *      sent in the last minute, whether it has read the latest committed
+ *      configuration.  A lane whose sender is not running (no
  *      worker slot, or being restarted) shows with a NULL pid.
+ *      notif_provider_slots(): the providers' shared limits in use, and the
+ *      providers limited per lane because every shared slot was taken.
  *
  *-------------------------------------------------------------------------
  */
@@ -13,10 +16,12 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 
 #include "notif_deliver.h"
 
 PG_FUNCTION_INFO_V1(notif_workers);
+PG_FUNCTION_INFO_V1(notif_provider_slots);
 
 static const char *
 state_name(NotifWorkerState state)
@@ -45,18 +50,20 @@ Datum
 notif_workers(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Datum		values[6];
-	bool		nulls[6];
+	Datum		values[7];
+	bool		nulls[7];
 	pid_t		launcher_pid;
+	uint64		generation;
 	int			i;
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (notif_shared == NULL)
 		PG_RETURN_VOID();		/* not preloaded: no worker runs */
+	generation = pg_atomic_read_u64(&notif_shared->config_generation);
 
-	SpinLockAcquire(&notif_shared->mutex);
+	LWLockAcquire(notif_shared->lanes_lock, LW_SHARED);
 	launcher_pid = notif_shared->launcher_pid;
-	SpinLockRelease(&notif_shared->mutex);
+	LWLockRelease(notif_shared->lanes_lock);
 	if (launcher_pid != 0)
 	{
 		memset(nulls, false, sizeof(nulls));
@@ -65,6 +72,7 @@ notif_workers(PG_FUNCTION_ARGS)
 		nulls[2] = true;
 		values[3] = CStringGetTextDatum(state_name(pg_atomic_read_u32(&notif_shared->launcher_state)));
 		nulls[4] = nulls[5] = true;
+		values[6] = BoolGetDatum(pg_atomic_read_u64(&notif_shared->launcher_config_seen) == generation);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 
@@ -75,11 +83,11 @@ notif_workers(PG_FUNCTION_ARGS)
 		pid_t		pid;
 		bool		in_use;
 
-		SpinLockAcquire(&notif_shared->mutex);
+		LWLockAcquire(notif_shared->lanes_lock, LW_SHARED);
 		in_use = slot->in_use;
 		pid = slot->pid;
 		strlcpy(lane, slot->lane, sizeof(lane));
-		SpinLockRelease(&notif_shared->mutex);
+		LWLockRelease(notif_shared->lanes_lock);
 		if (!in_use)
 			continue;
 
@@ -92,7 +100,74 @@ notif_workers(PG_FUNCTION_ARGS)
 										state_name(pg_atomic_read_u32(&slot->state)));
 		values[4] = Int32GetDatum(pid == 0 ? 0 : (int32) pg_atomic_read_u32(&slot->inflight));
 		values[5] = Int64GetDatum((int64) notif_sent_last_minute(slot));
+		values[6] = BoolGetDatum(pid != 0 && pg_atomic_read_u64(&slot->config_seen) == generation);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	PG_RETURN_VOID();
+}
+
+/*
+ * notif_provider_slots(): provider, lane (NULL: shared by all lanes),
+ * shared, senders, in_flight, paused_until.
+ */
+Datum
+notif_provider_slots(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Datum		values[6];
+	bool		nulls[6];
+	int			i,
+				k;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (notif_shared == NULL)
+		PG_RETURN_VOID();
+
+	for (i = 0; i < notif_max_providers; i++)
+	{
+		NotifProviderSlot p;
+
+		LWLockAcquire(notif_shared->providers_lock, LW_SHARED);
+		p = notif_providers[i];
+		LWLockRelease(notif_shared->providers_lock);
+		if (!p.in_use || (p.senders == 0 && p.inflight == 0))
+			continue;			/* free for another provider */
+		memset(nulls, false, sizeof(nulls));
+		values[0] = CStringGetTextDatum(p.name);
+		nulls[1] = true;
+		values[2] = BoolGetDatum(true);
+		values[3] = Int32GetDatum(p.senders);
+		values[4] = Int32GetDatum(p.inflight);
+		values[5] = TimestampTzGetDatum(p.paused_until);
+		nulls[5] = (p.paused_until == 0);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+
+	for (i = 0; i < notif_max_lanes; i++)
+	{
+		NotifLaneSlot *slot = &notif_shared->lanes[i];
+		char		lane[NOTIF_NAME_MAXLEN];
+		char		unshared[NOTIF_UNSHARED_SHOWN][NOTIF_NAME_MAXLEN];
+		int			n = 0;
+
+		LWLockAcquire(notif_shared->lanes_lock, LW_SHARED);
+		if (slot->in_use)
+		{
+			n = slot->n_unshared;
+			memcpy(unshared, slot->unshared, sizeof(unshared));
+			strlcpy(lane, slot->lane, sizeof(lane));
+		}
+		LWLockRelease(notif_shared->lanes_lock);
+		for (k = 0; k < n; k++)
+		{
+			memset(nulls, false, sizeof(nulls));
+			values[0] = CStringGetTextDatum(unshared[k]);
+			values[1] = CStringGetTextDatum(lane);
+			values[2] = BoolGetDatum(false);
+			values[3] = Int32GetDatum(1);
+			nulls[4] = nulls[5] = true;
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		}
 	}
 	PG_RETURN_VOID();
 }

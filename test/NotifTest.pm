@@ -13,7 +13,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(new_node start_sim sim_get ledger ledger_key stats wait_until
-  job_row set_provider last_request doc_sql);
+  job_row set_provider last_request doc_sql wait_config_read);
 
 # simulators started by this test, stopped when it ends
 my @sims;
@@ -138,7 +138,8 @@ sub stats
 	return \%s;
 }
 
-# Poll a query until it returns the expected value (default 30 s).
+# Poll a query until it returns the expected value (up to
+# PostgreSQL::Test::Utils::timeout_default, 180 s unless PG_TEST_TIMEOUT_DEFAULT says otherwise).
 sub wait_until
 {
 	my ($node, $sql, $expected, $what) = @_;
@@ -146,6 +147,17 @@ sub wait_until
 	my $ok = $node->poll_query_until('postgres', $sql, $expected);
 	diag("timed out waiting for: " . ($what // $sql)) unless $ok;
 	return $ok;
+}
+
+# Wait until the sender of a lane has read the configuration as last
+# committed (notif_workers().config_current), so that its next claim uses it.
+sub wait_config_read
+{
+	my ($node, $lane, $schema) = @_;
+	$schema //= 'public';
+	return wait_until($node,
+		"SELECT config_current FROM $schema.notif_workers() WHERE role = 'sender' AND lane = '$lane'",
+		't', "the sender of lane $lane to read the new configuration");
 }
 
 # "status outcome tries http_status" of a job

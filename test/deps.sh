@@ -15,7 +15,7 @@
 # stopped.
 set -euo pipefail
 packages=(make gcc libc6-dev postgresql-15 postgresql-server-dev-15 postgresql-client-15
-	libcurl4-openssl-dev libipc-run-perl openssl bc procps)
+	libcurl4-openssl-dev libipc-run-perl openssl bc procps curl)
 [ "${1:-}" = --bench ] && packages+=(gnuplot-nox postgresql-15-pgq3 pgqd)
 optional=(kannel kannel-extras)
 

@@ -1,4 +1,5 @@
-# 002_classification.pl: every row of the state machine (src/job_state.c),
+# 002_classification.pl: the call-ended rows of the job lifecycle
+# (src/job_state.c, notif_transitions(); each test names its rows),
 # for both deliveries: what each provider answer or failure does to a job,
 # checked in notif_job, notif_attempt and the simulator's ledger.
 use strict;
@@ -62,21 +63,21 @@ ok( wait_until(
 # what each job became: status outcome tries http_status, and the ledger
 my @rows = (
 	# type         job                           received by the provider
-	['amo_ok', 'sent accepted 1 200', '1 1 1', 'at_most_once, 2xx: sent'],
-	['amo_timeout', 'sent unknown 1 -', '1 0 1', 'at_most_once, timeout after sending: unknown, never again'],
-	['amo_reset', 'sent unknown 1 -', '1 0 1', 'at_most_once, reset: unknown, never again'],
-	['amo_s502', 'sent unknown 1 502', '1 0 1', 'at_most_once, 502: unknown, never again'],
-	['amo_s504', 'sent unknown 1 504', '1 0 1', 'at_most_once, 504: unknown, never again'],
-	['amo_s400', 'failed rejected 1 400', '1 0 1', 'at_most_once, 400: rejected, failed at once'],
-	['amo_s429', 'failed unreached 3 429', '3 0 1', 'at_most_once, 429: retried (never reached), failed after max_tries'],
-	['amo_refused', 'failed unreached 3 -', '0 0 0', 'at_most_once, connection refused: retried, failed after max_tries'],
-	['alo_ok', 'sent accepted 1 200', '1 1 1', 'at_least_once, 2xx: sent'],
-	['alo_timeout', 'failed unknown 3 -', '3 0 1', 'at_least_once, timeout: retried up to max_tries, then failed'],
-	['alo_s502', 'failed unknown 3 502', '3 0 1', 'at_least_once, 502: retried up to max_tries, then failed'],
-	['alo_s504', 'failed unknown 3 504', '3 0 1', 'at_least_once, 504: retried up to max_tries, then failed'],
-	['alo_s400', 'failed rejected 1 400', '1 0 1', 'at_least_once, 400: rejected, failed at once'],
-	['alo_s429', 'failed unreached 3 429', '3 0 1', 'at_least_once, 429: retried, failed after max_tries'],
-	['alo_refused', 'failed unreached 3 -', '0 0 0', 'at_least_once, connection refused: retried, failed after max_tries'],
+	['amo_ok', 'sent accepted 1 200', '1 1 1', 'amo_accepted: at_most_once, 2xx: sent'],
+	['amo_timeout', 'sent unknown 1 -', '1 0 1', 'amo_unknown: at_most_once, timeout after sending: unknown, never again'],
+	['amo_reset', 'sent unknown 1 -', '1 0 1', 'amo_unknown: at_most_once, reset: unknown, never again'],
+	['amo_s502', 'sent unknown 1 502', '1 0 1', 'amo_unknown: at_most_once, 502: unknown, never again'],
+	['amo_s504', 'sent unknown 1 504', '1 0 1', 'amo_unknown: at_most_once, 504: unknown, never again'],
+	['amo_s400', 'failed rejected 1 400', '1 0 1', 'amo_rejected: at_most_once, 400: rejected, failed at once'],
+	['amo_s429', 'failed unreached 3 429', '3 0 1', 'amo_unreached_retry, then amo_unreached_out_of_tries: at_most_once, 429: retried (never reached), failed after max_tries'],
+	['amo_refused', 'failed unreached 3 -', '0 0 0', 'amo_unreached_retry, then amo_unreached_out_of_tries: at_most_once, connection refused: retried, failed after max_tries'],
+	['alo_ok', 'sent accepted 1 200', '1 1 1', 'alo_accepted: at_least_once, 2xx: sent'],
+	['alo_timeout', 'failed unknown 3 -', '3 0 1', 'alo_retry, then alo_out_of_tries: at_least_once, timeout: retried up to max_tries, then failed'],
+	['alo_s502', 'failed unknown 3 502', '3 0 1', 'alo_retry, then alo_out_of_tries: at_least_once, 502: retried up to max_tries, then failed'],
+	['alo_s504', 'failed unknown 3 504', '3 0 1', 'alo_retry, then alo_out_of_tries: at_least_once, 504: retried up to max_tries, then failed'],
+	['alo_s400', 'failed rejected 1 400', '1 0 1', 'alo_rejected: at_least_once, 400: rejected, failed at once'],
+	['alo_s429', 'failed unreached 3 429', '3 0 1', 'alo_retry, then alo_out_of_tries: at_least_once, 429: retried, failed after max_tries'],
+	['alo_refused', 'failed unreached 3 -', '0 0 0', 'alo_retry, then alo_out_of_tries: at_least_once, connection refused: retried, failed after max_tries'],
 );
 for my $r (@rows)
 {

@@ -86,8 +86,7 @@ for my $d ('at_most_once', 'at_least_once')
 	is(job_row($node, $warm), 'sent accepted 1 200', "$d: the first job was accepted");
 	$node->safe_psql('postgres',
 		qq{UPDATE notif_provider SET headers = '{"X-Sim-Fault": "reset"}' WHERE name = '$p'});
-	# the configuration change reaches the sender before the next claim
-	sleep(1);
+	ok(wait_config_read($node, $p), "$d: the sender read the new headers");
 	my $hit = enqueue($p, 'hit');
 	ok(wait_final($hit), "$d: the second job finished");
 	$node->safe_psql('postgres', qq{UPDATE notif_provider SET headers = '{}' WHERE name = '$p'});
@@ -110,7 +109,7 @@ $node->safe_psql('postgres', q{
 my $warm_empty = $node->safe_psql('postgres', q{SELECT notif_enqueue(9, 'ka_empty', 'warm')});
 ok(wait_final($warm_empty), 'empty body: the first job went out');
 $node->safe_psql('postgres', q{UPDATE notif_provider SET headers = '{"X-Sim-Fault": "reset"}' WHERE name = 'ka_empty'});
-sleep(1);
+ok(wait_config_read($node, 'ka_empty'), 'empty body: the sender read the new headers');
 my $hit_empty = $node->safe_psql('postgres', q{SELECT notif_enqueue(9, 'ka_empty', 'hit')});
 ok(wait_final($hit_empty), 'empty body: the second job finished');
 is(job_row($node, $hit_empty), 'sent unknown 1 -', 'at_most_once, empty body, reset after receipt: sent/unknown');
@@ -167,10 +166,15 @@ is(ledger_key($sim, 'tuned:9:after'), '1 0 1', 'after: the provider got it once'
 $node->safe_psql('postgres', q{
 	INSERT INTO notif_provider (name) VALUES ('later');
 	INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES ('no_url', 'at_least_once', 3, 'later');
-	INSERT INTO notif_type (code, delivery, max_tries, provider, paused) VALUES ('held', 'at_least_once', 3, 'fast', true)});
+	INSERT INTO notif_type (code, delivery, max_tries, provider, paused) VALUES ('held', 'at_least_once', 3, 'fast', true);
+	INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES ('canary', 'at_least_once', 1, 'fast')});
 my $no_url = enqueue('no_url', 'w');
 my $held = enqueue('held', 'w');
-sleep(2);
+# a job of the same lane, committed after them, is sent: the sender has
+# claimed since, and left them
+my $canary = enqueue('canary', 'w');
+ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $canary"),
+	'the lane\'s sender claimed a job committed after the waiting ones');
 is($node->safe_psql('postgres', "SELECT string_agg(status || '/' || tries, ',' ORDER BY id) FROM notif_job WHERE id IN ($no_url, $held)"),
 	'queued/0,queued/0', 'jobs of a paused type and of a provider without URL wait, untouched');
 $node->safe_psql('postgres', qq{UPDATE notif_provider SET url = '$sim->{url}' WHERE name = 'later'});
@@ -202,10 +206,11 @@ $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, deadline, provider)
 	VALUES ('dl_wait', 'at_least_once', 3, '1 second', 'unset')});
 my $waited = enqueue('dl_wait', 'w');
-sleep(2);
+ok(wait_until($node, "SELECT deadline_at < now() FROM notif_job WHERE id = $waited"),
+	'its deadline passed while it waited');
 $node->safe_psql('postgres', qq{UPDATE notif_provider SET url = '$sim->{url}', idempotency_header = 'Idempotency-Key' WHERE name = 'unset'});
 ok(wait_final($waited), 'the job whose deadline passed while waiting finished');
-is(job_row($node, $waited), 'expired - 0 -', 'expired without an attempt');
+is(job_row($node, $waited), 'expired - 0 -', 'claim_late: expired without an attempt');
 like($node->safe_psql('postgres', "SELECT last_error FROM notif_job WHERE id = $waited"),
 	qr/deadline/, 'last_error says why');
 is(ledger_key($sim, 'dl_wait:9:w'), '0 0 0', 'the provider never got it');

@@ -60,10 +60,10 @@ ok(wait_until($node, q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_t
 	'the server restarted after the crash, and the sender with it');
 ok(wait_until($node, "SELECT status = 'sent' AND claimed_by IS NULL FROM notif_job WHERE id = $alo"),
 	'at_least_once: the job was sent again after the restart');
-is(job_row($node, $alo), 'sent accepted 2 200', 'at_least_once: the interrupted call counted as a try');
+is(job_row($node, $alo), 'sent accepted 2 200', 'lost_retry: at_least_once, the interrupted call counted as a try');
 is(ledger_key($sim, 'alo:1:kill'), '2 1 1', 'at_least_once: the provider got it again, same key and body');
 sleep(2);
-is(job_row($node, $amo), 'sent unknown 1 -', 'at_most_once: recorded as unknown, not attempted again');
+is(job_row($node, $amo), 'sent unknown 1 -', 'lost_at_most_once: recorded as unknown, not attempted again');
 is(ledger_key($sim, 'amo:1:kill'), '1 0 1', 'at_most_once: the provider got it exactly once');
 is( $node->safe_psql('postgres', "SELECT string_agg(try || ':' || outcome, ',' ORDER BY try) FROM notif_attempt WHERE job_id = $alo"),
 	'1:unknown,2:accepted', 'the interrupted call has its attempt row');
@@ -76,10 +76,10 @@ $node->stop('immediate');
 $node->start;
 ok(wait_until($node, "SELECT status = 'sent' AND claimed_by IS NULL FROM notif_job WHERE id = $alo2"),
 	'at_least_once: sent after an immediate restart');
-is(job_row($node, $alo2), 'sent accepted 2 200', 'at_least_once: tried again, counting the try');
+is(job_row($node, $alo2), 'sent accepted 2 200', 'lost_retry: at_least_once, tried again, counting the try');
 ok(wait_until($node, "SELECT claimed_by IS NULL FROM notif_job WHERE id = $amo2"),
 	'at_most_once: recovered after the restart');
-is(job_row($node, $amo2), 'sent unknown 1 -', 'at_most_once: never attempted again');
+is(job_row($node, $amo2), 'sent unknown 1 -', 'lost_at_most_once: never attempted again');
 is(ledger_key($sim, 'amo:2:restart'), '1 0 1', 'at_most_once: the provider got it once');
 
 # --- a fast shutdown with calls in flight stops within seconds ---
@@ -92,7 +92,7 @@ cmp_ok($took, '<', 5, 'the server stopped promptly with a call hanging for two m
 $node->start;
 ok(wait_until($node, "SELECT status = 'sent' AND claimed_by IS NULL FROM notif_job WHERE id = $alo3"),
 	'at_least_once: the interrupted job was sent after the restart');
-is(job_row($node, $alo3), 'sent accepted 2 200', 'at_least_once: the interrupted call counted as a try');
+is(job_row($node, $alo3), 'sent accepted 2 200', 'lost_retry: at_least_once, the interrupted call counted as a try');
 
 # --- synchronous_commit = off: the at_most_once claim is still durable ---
 # The WAL writer flushes asynchronous commits only every 10 s here: a claim

@@ -81,7 +81,11 @@ is($node->safe_psql('postgres',
 my $bg = $node->background_psql('postgres');
 $bg->query_safe('BEGIN');
 my $id = $bg->query_safe(q{SELECT notif.notif_enqueue(1, 'otp', 'wake', '{"text":"Ma OTP: 1"}')});
-sleep(1);
+# another session's enqueue commits meanwhile and is sent: the sender has
+# been awake since the first one's enqueue, and left it
+$node->safe_psql('postgres', q{SELECT notif.notif_enqueue(1, 'otp', 'canary-1')});
+ok(wait_until($node, "SELECT status = 'sent' FROM notif.notif_job WHERE order_id = 'canary-1'"),
+	'a job committed meanwhile was sent');
 is(ledger_key($sim, 'otp:1:wake'), '0 0 0', 'nothing is sent before the enqueue commits');
 $bg->query_safe('COMMIT');
 ok(wait_until($node, "SELECT status = 'sent' FROM notif.notif_job WHERE id = $id"),
@@ -92,8 +96,10 @@ $bg->quit;
 
 # a rolled-back enqueue wakes nobody and sends nothing
 $node->safe_psql('postgres', q{
-	BEGIN; SELECT notif.notif_enqueue(1, 'otp', 'rolled-back'); ROLLBACK;});
-sleep(1);
+	BEGIN; SELECT notif.notif_enqueue(1, 'otp', 'rolled-back'); ROLLBACK;
+	SELECT notif.notif_enqueue(1, 'otp', 'canary-2');});
+ok(wait_until($node, "SELECT status = 'sent' FROM notif.notif_job WHERE order_id = 'canary-2'"),
+	'a job committed after the rollback was sent');
 is(ledger_key($sim, 'otp:1:rolled-back'), '0 0 0', 'a rolled-back enqueue sends nothing');
 
 # --- provider limits: in flight and rate ---
@@ -180,7 +186,7 @@ is( $node->safe_psql('postgres', q{
 is($node->safe_psql('postgres', q{SELECT count(*) FROM notif.notif_job WHERE kind = 'waiting'}),
 	'5', 'queued jobs are kept whatever their age');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM notif.notif_job WHERE kind = 'otp'}),
-	'1', 'jobs within their retention are kept');
+	'3', 'jobs within their retention are kept (the woken one and two canaries)');
 
 # --- DROP EXTENSION stops the senders; CREATE brings them back ---
 $node->safe_psql('postgres', q{DROP EXTENSION notif_deliver CASCADE});

@@ -34,7 +34,8 @@ ok(wait_until($node, q{SELECT count(*) = 3 FROM notif_job WHERE kind LIKE 'fmt_%
 my %want_headers = (
 	'Authorization' => 'Bearer s3cr3t',
 	'X-Tenant' => 'vn',
-	'User-Agent' => 'notif_deliver/1.1');
+	'User-Agent' => 'notif_deliver/'
+	  . $node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'notif_deliver'}));
 
 sub headers_of
 {

@@ -1,0 +1,556 @@
+/*-------------------------------------------------------------------------
+ *
+ * sender_round.c
+ *      One round of a lane's sender, in one short transaction: record the
+ *      results of the calls that ended, recover jobs left in flight by
+ *      stopped senders, claim due jobs; commit; only then start the claimed
+ *      calls.  What each job becomes is job_state.c's to say; this file
+ *      carries it out and puts the commit where the guarantee needs it.
+ *
+ * So an at_most_once job is committed 'sent' before its request leaves
+ * (durably, even under synchronous_commit = off), and an at_least_once job
+ * is committed 'sending' before, and 'sent' only in a round after its 2xx
+ * arrived.  No transaction is open while calls are in flight.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "pgstat.h"
+#include "postmaster/interrupt.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "job_sql.h"
+#include "sender.h"
+#include "throttle.h"
+
+static void
+free_config(MemoryContext cxt, NotifTypeConf *t, int n)
+{
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		notif_throttle_detach(t[i].provider.throttle, sender.slot);
+		if (t[i].provider.headers)
+			curl_slist_free_all(t[i].provider.headers);
+	}
+	MemoryContextDelete(cxt);
+}
+
+/*
+ * Re-read the lane's types.  The new configuration replaces the old only
+ * once it is read whole: a failed read leaves the old one in place.  Jobs
+ * left in flight by stopped senders are looked for again too (a type may
+ * have moved into this lane, or been resumed).
+ */
+static void
+reload_config(void)
+{
+	uint64		generation;
+	MemoryContext cxt;
+	NotifTypeConf *fresh;
+	int			n,
+				i;
+
+	/* read the generation first: a change after this is seen next time */
+	generation = pg_atomic_read_u64(&notif_shared->config_generation);
+	cxt = AllocSetContextCreate(TopMemoryContext, "notif_deliver config",
+								ALLOCSET_DEFAULT_SIZES);
+	PG_TRY();
+	{
+		n = notif_sql_lane_types(sender.lane, cxt, &fresh);
+	}
+	PG_CATCH();
+	{
+		MemoryContextDelete(cxt);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	/* attach to the providers' throttles before letting go of the old ones */
+	for (i = 0; i < n; i++)
+		fresh[i].provider.throttle = notif_throttle_attach(fresh[i].provider.name, sender.slot);
+	if (sender.config_cxt)
+		free_config(sender.config_cxt, sender.types, sender.n_types);
+	sender.config_cxt = cxt;
+	sender.types = fresh;
+	sender.n_types = n;
+	sender.config_generation = generation;
+	pg_atomic_write_u64(&sender.slot->config_seen, generation);
+	sender.config_stale = false;
+	sender.need_recovery = true;
+}
+
+static NotifCall *
+new_call(NotifTypeConf *type, NotifClaimedJob *job)
+{
+	MemoryContext cxt = AllocSetContextCreate(sender.calls_cxt, "notif_deliver call",
+											  ALLOCSET_SMALL_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+	NotifCall  *call = palloc0(sizeof(NotifCall));
+	char	   *key;
+
+	call->cxt = cxt;
+	call->job.id = job->id;
+	call->job.tries = job->tries;
+	call->job.earlier_tries = job->earlier_tries;
+	call->job.delivery = type->delivery;
+	call->job.claimed_by = sender.incarnation;
+	call->job.deadline_at = job->deadline_at;
+	call->job.policy = type->policy;
+	call->timeout_ms = type->provider.timeout_ms;
+	call->connect_timeout_ms = type->provider.connect_timeout_ms;
+	call->throttle = type->provider.throttle;
+	key = psprintf("%s:" INT64_FORMAT ":%s", type->code, job->user_id, job->order_id);
+	notif_build_request(call, &type->provider, key, job->payload);
+	MemoryContextSwitchTo(old);
+	return call;
+}
+
+static void
+free_call(NotifCall *call)
+{
+	notif_free_request(call);
+	MemoryContextDelete(call->cxt);
+}
+
+/*
+ * What to record for one call of a job that ended (EVENT_CALL_ENDED) or
+ * whose sender was lost during it (EVENT_SENDER_LOST).
+ */
+static void
+make_result(NotifResult *r, NotifEvent event, const NotifJobRef *job,
+			NotifOutcome outcome, long http_status, const char *error,
+			TimestampTz started_at, TimestampTz ended_at, int64 retry_after_ms,
+			TimestampTz now)
+{
+	r->job_id = job->id;
+	r->tries = job->tries;
+	r->earlier_tries = job->earlier_tries;
+	r->expected_status = (NotifStatus) notif_claim_row(job->delivery, false)->to;
+	r->claimed_by = job->claimed_by;
+	r->outcome = outcome;
+	r->http_status = http_status;
+	r->started_at = started_at;
+	r->ended_at = ended_at;
+	r->next = notif_after_call(event, job->delivery, outcome, job->tries, &job->policy,
+							   now, job->deadline_at, retry_after_ms);
+	r->error = r->next.row->note ? r->next.row->note : error;
+	if (r->next.status == STATUS_SENT && r->expected_status != STATUS_SENT)
+		r->sent_at = ended_at;	/* at_most_once's was set by its claim */
+}
+
+/* the incarnations of the live senders are read onto the stack */
+StaticAssertDecl(NOTIF_MAX_LANES_LIMIT * sizeof(int64) <= 8192,
+				 "one incarnation per lane must fit on a sender's stack");
+
+static bool
+is_live(int64 incarnation, const int64 *live, int n_live)
+{
+	int			i;
+
+	for (i = 0; i < n_live; i++)
+		if (live[i] == incarnation)
+			return true;
+	return false;
+}
+
+/*
+ * Recover the jobs left in flight by senders that are gone, of any type and
+ * any lane.  A sender records its incarnation in shared memory before it
+ * claims anything, so the senders alive are read again after the query: a
+ * job claimed by a sender that started meanwhile is not touched.
+ */
+static void
+recover_orphans(void)
+{
+	int64		live[NOTIF_MAX_LANES_LIMIT];
+	int			n_live = notif_live_incarnations(live);
+	NotifOrphanJob *orphans;
+	NotifResult *results;
+	TimestampTz now = GetCurrentTimestamp();
+	int			n,
+				i,
+				k = 0;
+
+	n = notif_sql_orphans(live, n_live, sender.round_cxt, &orphans);
+	if (n == 0)
+		return;
+	n_live = notif_live_incarnations(live);
+
+	results = palloc0(sizeof(NotifResult) * n);
+	for (i = 0; i < n; i++)
+	{
+		NotifOrphanJob *o = &orphans[i];
+
+		if (is_live(o->job.claimed_by, live, n_live))
+			continue;
+		make_result(&results[k++], EVENT_SENDER_LOST, &o->job, OUTCOME_UNKNOWN, 0, NULL,
+					o->claimed_at ? o->claimed_at : now, now, 0, now);
+	}
+	if (k == 0)
+		return;
+	notif_sql_record(results, k, NULL);
+	ereport(LOG,
+			(errmsg("notif_deliver sender of lane \"%s\": recovered %d job(s) left in flight by a stopped sender",
+					sender.lane, k)));
+}
+
+/* The results of the finished calls, as job_sql.c records them. */
+static int
+finished_results(NotifResult **out)
+{
+	dlist_iter	iter;
+	int			n = 0;
+	NotifResult *results;
+	TimestampTz now = GetCurrentTimestamp();
+
+	dlist_foreach(iter, &sender.finished)
+		n++;
+	results = palloc0(sizeof(NotifResult) * Max(n, 1));
+	n = 0;
+	dlist_foreach(iter, &sender.finished)
+	{
+		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
+		int64		retry_after = (call->http_status == 429 || call->http_status == 503)
+		? call->retry_after_ms : 0;
+		const char *error = call->error;
+
+		if (error && call->http_status != 0 && call->outcome != OUTCOME_ACCEPTED)
+			error = psprintf("HTTP %ld%s%s", call->http_status, error[0] ? ": " : "", error);
+		make_result(&results[n++], EVENT_CALL_ENDED, &call->job, call->outcome,
+					call->http_status, error, call->started_at, call->ended_at,
+					retry_after, now);
+	}
+	*out = results;
+	return n;
+}
+
+/*
+ * Claim due jobs, type by type in priority order, within the lane's room
+ * and each provider's limits.  The calls are started after the commit.
+ */
+static void
+claim_jobs(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz next = TimestampTzPlusMilliseconds(now, notif_poll_interval_ms);
+	int			room = notif_max_inflight - notif_http_inflight();
+	bool		more = false;
+	int			i;
+
+	for (i = 0; i < sender.n_types; i++)
+	{
+		NotifTypeConf *type = &sender.types[i];
+		NotifClaimedJob *jobs;
+		TimestampTz retry_at;
+		int			granted,
+					n,
+					j;
+
+		if (type->provider.url == NULL)
+			continue;			/* not configured: its jobs wait */
+		if (room <= 0)
+		{
+			more = true;
+			break;
+		}
+		granted = notif_throttle_acquire(type->provider.throttle, &type->provider,
+										 Min(room, notif_batch_size), now, &retry_at);
+		if (retry_at != 0 && retry_at < next)
+			next = retry_at;
+		if (granted == 0)
+			continue;
+
+		sender.grant_slot = type->provider.throttle;
+		sender.grant_left = granted;
+		n = notif_sql_claim(type->code, type->delivery, granted, sender.incarnation,
+							sender.round_cxt, &jobs);
+		for (j = 0; j < n; j++)
+		{
+			NotifCall  *call;
+
+			if (jobs[j].deadline_passed)
+				continue;		/* claim_late: expired, no call */
+			call = new_call(type, &jobs[j]);
+			dlist_push_tail(&sender.claimed, &call->node);
+			sender.grant_left--;
+			room--;
+		}
+		notif_throttle_release(sender.grant_slot, sender.grant_left, true);
+		sender.grant_left = 0;
+
+		if (n == granted)
+		{
+			/*
+			 * There may be more due: claim again as soon as there is room
+			 * (a call ends), or when the rate limit allows.
+			 */
+			if (retry_at == 0)
+				more = true;
+		}
+		else
+		{
+			TimestampTz due = notif_sql_next_due(type->code);
+
+			if (due != 0)
+			{
+				if (due <= now)
+					due = TimestampTzPlusMilliseconds(now, SENDER_LOCKED_DUE_WAIT_MS);
+				if (due < next)
+					next = due;
+			}
+		}
+	}
+	sender.claim_at = more ? 0 : next;
+}
+
+/* A claimed call that never started: record it with this outcome. */
+static void
+never_started(NotifCall *call, NotifOutcome outcome)
+{
+	call->outcome = outcome;
+	call->started_at = call->ended_at = GetCurrentTimestamp();
+	notif_throttle_release(call->throttle, 1, false);
+	dlist_push_tail(&sender.finished, &call->node);
+}
+
+/* The claimed calls, once their claim has committed. */
+static void
+start_claimed(void)
+{
+	dlist_mutable_iter iter;
+
+	dlist_foreach_modify(iter, &sender.claimed)
+	{
+		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
+
+		dlist_delete(&call->node);
+		if (call->job.deadline_at != 0 && GetCurrentTimestamp() >= call->job.deadline_at)
+			never_started(call, OUTCOME_NOT_STARTED);	/* none after the deadline */
+		else if (!notif_http_start(call))
+			never_started(call, OUTCOME_UNREACHED); /* nothing was sent */
+		else
+			pg_atomic_fetch_add_u32(&sender.slot->inflight, 1);
+	}
+}
+
+/* Take the calls libcurl finished; account for them. */
+static void
+collect_finished(void)
+{
+	NotifCall  *call;
+	int			sent = 0;
+
+	while ((call = notif_http_next_done()) != NULL)
+	{
+		if (notif_ends_sent(call->job.delivery, call->outcome))
+			sent++;
+		notif_throttle_release(call->throttle, 1, false);
+		if (call->http_status == 429 && call->retry_after_ms > 0)
+			notif_throttle_pause(call->throttle,
+								 TimestampTzPlusMilliseconds(call->ended_at, call->retry_after_ms));
+		pg_atomic_fetch_sub_u32(&sender.slot->inflight, 1);
+		pg_atomic_fetch_add_u64(&sender.slot->sent, 1);
+		dlist_push_tail(&sender.finished, &call->node);
+	}
+	if (sent > 0)
+		notif_count_sent(sender.slot, sent);
+}
+
+/*
+ * Let libcurl work, then take the calls it finished.  Always both: a call
+ * that ends inside the drive (a fast provider answers while the batch is
+ * still being sent) must be seen before the next wait, which knows nothing
+ * of libcurl's finished calls and would otherwise sleep on sockets that
+ * have nothing more to say.
+ */
+void
+sender_drive_calls(bool sockets_ready)
+{
+	notif_http_drive(sockets_ready);
+	collect_finished();
+}
+
+static void
+discard_claimed(void)
+{
+	dlist_mutable_iter iter;
+
+	dlist_foreach_modify(iter, &sender.claimed)
+	{
+		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
+
+		dlist_delete(&call->node);
+		notif_throttle_release(call->throttle, 1, true);
+		free_call(call);
+	}
+}
+
+/* SIGTERM: drop the calls in flight and the claimed ones; they are recorded next round. */
+void
+sender_drop_calls(void)
+{
+	notif_http_abort_all("the sender stopped during the call (shutdown)");
+	collect_finished();
+	discard_claimed();
+}
+
+/*
+ * An at_most_once claim must be durable before its call starts: were its
+ * commit lost in a crash, the job would be claimed and sent again.  Under
+ * synchronous_commit = off, make this round's commit wait for its WAL
+ * flush (a transaction-local setting; stronger settings are kept).
+ */
+static void
+make_claims_durable(void)
+{
+	dlist_iter	iter;
+
+	if (synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
+		return;
+	dlist_foreach(iter, &sender.claimed)
+	{
+		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
+
+		if (call->job.delivery == AT_MOST_ONCE)
+		{
+			(void) set_config_option("synchronous_commit", "local",
+									 PGC_SUSET, PGC_S_SESSION,
+									 GUC_ACTION_LOCAL, true, 0, false);
+			return;
+		}
+	}
+}
+
+/* Results to record, jobs to recover, or a configuration to read? */
+bool
+sender_has_work(void)
+{
+	return !dlist_is_empty(&sender.finished) || sender.need_recovery || sender.config_stale;
+}
+
+/*
+ * One round: record, recover, claim, in one transaction; then start the
+ * claimed calls.  On error the transaction rolls back, the results stay to
+ * be recorded next time, nothing claimed is started.
+ */
+void
+sender_round(bool want_claim)
+{
+	NotifResult *results;
+	int			n_results = 0;
+	bool		installed;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "recording results and claiming jobs");
+
+	installed = notif_sql_prepare();
+	if (installed)
+	{
+		if (sender.config_stale)
+			reload_config();
+		if (sender.need_recovery)
+			recover_orphans();
+		n_results = finished_results(&results);
+		notif_sql_record(results, n_results, NULL);
+		if (want_claim && !ShutdownRequestPending)
+			claim_jobs();
+		make_claims_durable();
+	}
+
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+	sender.activity_stale = true;
+
+	if (!installed)
+	{
+		/* the extension is gone: the launcher will stop us; do not spin */
+		sender.backoff_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														   SENDER_NOT_INSTALLED_WAIT_MS);
+		return;
+	}
+	sender.need_recovery = false;
+
+	/* the results are committed: let their calls go */
+	while (!dlist_is_empty(&sender.finished))
+		free_call(dlist_container(NotifCall, node, dlist_pop_head_node(&sender.finished)));
+
+	start_claimed();
+	sender_drive_calls(false);
+	sender.n_errors = 0;
+	if (sender.last_error)
+	{
+		pfree(sender.last_error);
+		sender.last_error = NULL;
+	}
+}
+
+/* Is the extension installed now?  (A transaction of its own.) */
+static bool
+extension_installed(void)
+{
+	bool		installed;
+
+	StartTransactionCommand();
+	installed = OidIsValid(get_extension_oid(NOTIF_EXTENSION_NAME, true));
+	CommitTransactionCommand();
+	return installed;
+}
+
+/* A round raised an error: roll back, give back what it held, back off. */
+void
+sender_round_failed(void)
+{
+	ErrorData  *edata;
+	int64		delay;
+
+	MemoryContextSwitchTo(sender.round_cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	AbortCurrentTransaction();
+	discard_claimed();
+	notif_throttle_release(sender.grant_slot, sender.grant_left, true);
+	sender.grant_left = 0;
+	sender.config_stale = true;
+	sender.activity_stale = true;
+
+	/*
+	 * A DROP EXTENSION that committed during the round is no error: the
+	 * launcher stops this sender within a second.  Wait for it quietly.
+	 */
+	if (!extension_installed())
+	{
+		sender.backoff_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														   SENDER_NOT_INSTALLED_WAIT_MS);
+		return;
+	}
+
+	if (sender.last_error == NULL || strcmp(sender.last_error, edata->message) != 0)
+	{
+		ereport(LOG,
+				(errmsg("notif_deliver sender of lane \"%s\": %s", sender.lane, edata->message),
+				 edata->detail ? errdetail_internal("%s", edata->detail) : 0,
+				 errcontext("recording results and claiming jobs; retrying with backoff")));
+		if (sender.last_error)
+			pfree(sender.last_error);
+		sender.last_error = MemoryContextStrdup(TopMemoryContext, edata->message);
+	}
+	sender.n_errors++;
+	delay = Min((int64) SENDER_ERROR_BACKOFF_MAX_MS,
+				(int64) SENDER_ERROR_BACKOFF_MIN_MS << Min(sender.n_errors,
+												   SENDER_ERROR_BACKOFF_DOUBLINGS));
+	sender.backoff_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay);
+}
