@@ -9,9 +9,10 @@
 #
 # 1. throughput: N jobs enqueued in one statement by each system's bulk
 #    path, drained at 0 ms and 50 ms provider latency, ROUNDS rounds
-#    (medians; each worker first drains min(1000, N/10) jobs unmeasured, as
-#    a long-running one would have): jobs/s from the enqueue commit to the last arrival at the
-#    simulator; CPU s per 1,000 jobs of PostgreSQL and of the worker
+#    (medians; each worker first drains min(1000, N/10) jobs unmeasured,
+#    as a long-running one would have): jobs/s from the enqueue commit to
+#    the last arrival at the simulator; CPU s per 1,000 jobs of PostgreSQL
+#    and of the worker
 #    (notif_deliver: its sender; PgQ: consumer + pgqd); WAL bytes per job
 #    over the drain (pg_current_wal_lsn after the enqueue commit and once
 #    everything is recorded) and over the enqueue; notif_deliver / peer.
@@ -19,12 +20,15 @@
 #    delivered anyway; 500 ms client timeout), each peer with its default
 #    retries, then again with the worker SIGKILLed MAX_KILLS times, evenly
 #    over the drain (at each 1/(MAX_KILLS+1) of the jobs arrived, at least
-#    KILL_GAP_MS apart; a new one is started at once; notif_deliver: a sender, and PostgreSQL restarts
-#    all its processes, as after any crash); lost and duplicated from the
+#    KILL_GAP_MS apart; a new one is started at once; notif_deliver: a
+#    sender, and PostgreSQL restarts all its processes, as after any
+#    crash); lost and duplicated from the
 #    simulator's ledger; notif_deliver with SEM_N at_most_once and SEM_N
 #    at_least_once jobs (max_tries 3) in the same conditions.
 # 3. latency: FLOOD_N bulk jobs drain on one queue while an OTP is enqueued
-#    on another every 20 ms: p50/p99 enqueue-to-arrival of the OTPs.
+#    on another every 20 ms: p50/p99 enqueue-to-arrival of the OTPs
+#    (graphile-worker twice: see peers/gw.cjs).
+# Then every row where a peer did better, with the reason (table peers_wins).
 #
 #   bash test/bench/peers.sh            (as root: installs what is missing)
 #
