@@ -47,6 +47,7 @@ $term
 set output '$out/peers_latency.png'
 set title 'OTP latency, enqueue commit to provider, while a flood drains (lower is better; log scale)'
 set ylabel 'ms'
+set xtics rotate by -15
 set logscale y
 set style fill solid 0.6 border -1
 set boxwidth 0.35

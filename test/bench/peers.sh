@@ -345,8 +345,8 @@ lat_one() {	# SYS [flood2]
 	name=$(name_of "$sys")
 	short=$name
 	case $sys/$mode in
-	gw/flood) name+=", one runner, OTPs first by priority"; short="graphile-worker (one runner)" ;;
-	gw/flood2) name+=", OTPs in a runner of their own"; short="graphile-worker (OTP runner)"; key=gw2 ;;
+	gw/flood) name+=", one runner, OTPs first by priority"; short="graphile-worker 0.17.3 (one runner)" ;;
+	gw/flood2) name+=", OTPs in a runner of their own"; short="graphile-worker 0.17.3 (an OTP runner)"; key=gw2 ;;
 	esac
 	for k in otps:$sent delivered:$got p50_ms:$p50 p99_ms:$p99 max_ms:$max flood_seconds:$secs flood_jobs_per_s:$rate; do
 		presult "peers_lat_${key}_${k%%:*}" "${k#*:}"
