@@ -263,7 +263,8 @@ sem_one() {
 	export PEER_TIMEOUT_MS=5000
 	cluster_psql -c "UPDATE notif_provider SET timeout = '5 seconds' WHERE name = 'default'" >/dev/null
 	faults="timeouts$([ "$kill" = 1 ] && echo " + SIGKILL" || true)"
-	local tag=peers_sem_${sys}$([ "$kill" = 1 ] && echo _kill || true)
+	local tag=peers_sem_$sys
+	[ "$kill" = 0 ] || tag+=_kill
 	presult "${tag}_kills" "$kills"
 	presult "${tag}_seconds" "$secs"
 	presult "${tag}_settled" "$settled_ok"
@@ -304,7 +305,7 @@ fi
 
 # ---------------------------------------------------------------- latency
 lat_one() {	# SYS [flood2]
-	local sys=$1 mode=${2:-flood} bulk otp t0 t1 trickle n sent got p50 p99 max key=$1 name
+	local sys=$1 mode=${2:-flood} bulk otp t0 t1 trickle sent got p50 p99 max key=$1 name
 	case $sys in nd) bulk=promo ;; *) bulk=bulk ;; esac
 	otp=otp
 	worker_stop "$sys"
