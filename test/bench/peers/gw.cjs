@@ -35,7 +35,9 @@ function runner(taskList, jobs, queue) {
 	return run({
 		connectionString: process.env.DATABASE_URL,
 		concurrency: jobs,
-		maxPoolSize: jobs + 2 > 10 ? 12 : 10,
+		// with a local queue and batched completion a job holds no connection:
+		// a few serve the fetches and the batched updates
+		maxPoolSize: 12,
 		noHandleSignals: false,
 		taskList,
 		preset: {
