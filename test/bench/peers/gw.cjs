@@ -35,9 +35,10 @@ function runner(taskList, jobs, queue) {
 	return run({
 		connectionString: process.env.DATABASE_URL,
 		concurrency: jobs,
-		// with a local queue and batched completion a job holds no connection:
-		// a few serve the fetches and the batched updates
-		maxPoolSize: 12,
+		// with a local queue and batched completion a job holds no connection
+		// (a few serve the fetches and the batched updates); without, the
+		// docs' advice: concurrency + 2
+		maxPoolSize: queue > 1 ? 12 : Math.max(10, jobs + 2),
 		noHandleSignals: false,
 		taskList,
 		preset: {
