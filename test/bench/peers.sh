@@ -373,7 +373,7 @@ why() {
 	jobs_per_s:pgq | pg_cpu_per_1k:pgq | total_cpu_per_1k:pgq)
 		echo "PgQ's consumer reads a whole tick's events with one query and writes nothing per event (finish_batch moves one subscription row per batch); notif_deliver claims every job and records every call (an UPDATE to claim, an UPDATE and a notif_attempt row to record), which is what lets it retry per job, keep a per-job status and survive a crash without re-sending a whole batch" ;;
 	wal_per_job:pgq | wal_enqueue_per_job:pgq)
-		echo "PgQ writes no per-event state on the way out and drops events by rotating its tables (TRUNCATE), not row by row; its events are one narrow row each without a unique key, where notif_job carries the unique key (user_id, kind, order_id), the claim and retry indexes and an attempt row per call" ;;
+		echo "PgQ writes no per-event state on the way out and drops events by rotating its tables (TRUNCATE), not row by row; an event is one row with one index (on its transaction id) and no unique key, where notif_job carries the unique key (user_id, kind, order_id), the claim and retry indexes and an attempt row per call" ;;
 	wal_per_job:gw)
 		echo "graphile-worker deletes a finished job (one DELETE, batched), keeping no history; notif_deliver keeps each job with its status and one notif_attempt row per call, for notif_stats, retries and audit" ;;
 	wal_per_job:boss)
