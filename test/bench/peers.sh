@@ -368,10 +368,11 @@ fi
 
 # ---------------------------------------------------------------- wins
 # every row where a peer did better than notif_deliver, with the reason
+cpu_note="Also (our reading of src/sender.c, to be fixed): the sender starts a claim-and-record round as soon as one call has ended and there is room, so when calls end one by one (at 50 ms, or on a loaded machine) its rounds shrink to a few jobs each and it pays a transaction per few jobs; its CPU per job then varies between rounds several times over"
 why() {
 	case $1 in
 	jobs_per_s:pgq | pg_cpu_per_1k:pgq | total_cpu_per_1k:pgq)
-		echo "PgQ's consumer reads a whole tick's events with one query and writes nothing per event (finish_batch moves one subscription row per batch); notif_deliver claims every job and records every call (an UPDATE to claim, an UPDATE and a notif_attempt row to record), which is what lets it retry per job, keep a per-job status and survive a crash without re-sending a whole batch" ;;
+		echo "PgQ's consumer reads a whole tick's events with one query and writes nothing per event (finish_batch moves one subscription row per batch); notif_deliver claims every job and records every call (an UPDATE to claim, an UPDATE and a notif_attempt row to record), which is what lets it retry per job, keep a per-job status and survive a crash without re-sending a whole batch. $cpu_note" ;;
 	wal_per_job:pgq | wal_enqueue_per_job:pgq)
 		echo "PgQ writes no per-event state on the way out and drops events by rotating its tables (TRUNCATE), not row by row; an event is one row with one index (on its transaction id) and no unique key, where notif_job carries the unique key (user_id, kind, order_id), the claim and retry indexes and an attempt row per call" ;;
 	wal_per_job:gw)
@@ -381,9 +382,9 @@ why() {
 	wal_enqueue_per_job:gw | wal_enqueue_per_job:boss)
 		echo "its job row has fewer indexes to maintain: notif_job has the unique key (user_id, kind, order_id) that stops duplicate enqueues, plus the claim and retry indexes" ;;
 	jobs_per_s:gw | jobs_per_s:boss | pg_cpu_per_1k:gw | pg_cpu_per_1k:boss | total_cpu_per_1k:gw | total_cpu_per_1k:boss)
-		echo "it claims and completes in large batches (graphile-worker: a local queue of 512 and batched completion; pg-boss: batches of 5000, each completed by one UPDATE) and keeps no per-call record; notif_deliver claims in batches of notif_deliver.batch_size and records each call's outcome (an UPDATE and a notif_attempt row per job)" ;;
+		echo "it claims and completes in large batches (graphile-worker: a local queue of 512 and batched completion; pg-boss: batches of 5000, each completed by one UPDATE) and keeps no per-call record; notif_deliver claims in batches of at most notif_deliver.batch_size and records each call's outcome (an UPDATE and a notif_attempt row per job). $cpu_note" ;;
 	worker_cpu_per_1k:*)
-		echo "notif_deliver's sender is a PostgreSQL process: its CPU includes running its own claim and record statements (SPI), which for a Node worker are the backends' CPU, counted under PostgreSQL; compare the total" ;;
+		echo "notif_deliver's sender is a PostgreSQL process: its CPU includes running its own claim and record statements (SPI), which for a Node worker are the backends' CPU, counted under PostgreSQL; compare the total. $cpu_note" ;;
 	lost:* | dup:*)
 		echo "chance: with the same p and q every at-least-once system expects about N·p·q = $(awk -v n="$SEM_N" -v p="$P" -v q="$Q" 'BEGIN { printf "%.0f", n * p * q }') duplicates and practically no loss; a difference within about ±$(awk -v n="$SEM_N" -v p="$P" -v q="$Q" 'BEGIN { printf "%.0f", 4 * sqrt(n * p * q) }') (4 sigma) is noise" ;;
 	lost_kill:pgq)
