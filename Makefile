@@ -7,6 +7,10 @@
 #   make demo            a throwaway cluster delivering the example types (test/demo)
 #   make bench           every benchmark under test/bench; writes doc/benchmarks.md and
 #                        doc/benchmarks-peers.md (test/bench/run)
+#   make deb             the Debian package postgresql-15-notif-deliver, in build/deb/ (release/deb)
+#   make deb-check       make deb, then install, test and purge the package (release/package_check)
+#   make dist            the PGXN archive notif_deliver-<version>.zip of a tag (release/dist)
+#   make metacheck       META.json against the PGXN meta spec and the control files (release/meta_check)
 
 EXTENSION = notif_deliver
 MODULE_big = notif_deliver
@@ -26,19 +30,27 @@ OBJS = \
 	src/job_state_sql.o \
 	src/job_sql.o \
 	src/request.o \
+	src/request_fcm.o \
+	src/request_apns.o \
+	src/push_payload.o \
+	src/push_answer.o \
+	src/push_auth.o \
+	src/push_sql.o \
+	src/token.o \
 	src/http.o \
 	src/throttle.o \
 	src/workers.o
 
 DATA = $(wildcard notif_deliver--*.sql)
 
-REGRESS = setup lifecycle schema enqueue enqueue_paths privileges replay stats operations upgrade
+REGRESS = setup lifecycle schema enqueue enqueue_paths privileges push replay stats operations upgrade
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 
 PG_CPPFLAGS = -I$(srcdir)/src $(shell curl-config --cflags 2>/dev/null)
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
-SHLIB_LINK = $(shell curl-config --libs 2>/dev/null)
+# libcurl for the calls, OpenSSL's libcrypto to sign push tokens (token.c)
+SHLIB_LINK = $(shell curl-config --libs 2>/dev/null) -lcrypto
 
 # On a bare machine `make test` runs before pg_config exists: test/run
 # installs it, then builds with PGXS.
@@ -55,9 +67,12 @@ $(OBJS): $(wildcard $(srcdir)/src/*.h)
 SIM = test/sim/provider_sim
 $(SIM): test/sim/provider_sim.c
 	$(MAKE) -C test/sim
+# only the TAP tests talk to it (the installed-package check runs pg_regress alone)
+ifneq ($(TAP_TESTS),)
 installcheck: $(SIM)
+endif
 
-.PHONY: test demo bench
+.PHONY: test demo bench deb deb-check dist metacheck
 test:
 	bash test/run
 
@@ -66,3 +81,17 @@ demo:
 
 bench:
 	bash test/bench/run
+
+# Releases: the packaging reads what to ship from EXTENSION, MODULE_big and
+# DATA above (make install), never from a list of its own.
+deb:
+	bash release/deb
+
+deb-check: deb
+	bash release/package_check
+
+dist:
+	bash release/dist
+
+metacheck:
+	perl release/meta_check

@@ -14,15 +14,19 @@
 #include <curl/curl.h>
 
 #include "lib/ilist.h"
+#include "lib/stringinfo.h"
 #include "utils/jsonb.h"
 
 #include "job_state.h"
+#include "token.h"
 
 typedef enum NotifFormat
 {
 	FORMAT_JSON,
 	FORMAT_FORM,
-	FORMAT_QUERY
+	FORMAT_QUERY,
+	FORMAT_FCM,					/* FCM HTTP v1: {"message": payload} */
+	FORMAT_APNS					/* APNs: POST /3/device/<token> */
 } NotifFormat;
 
 /* a provider, as read from notif_provider */
@@ -38,6 +42,10 @@ typedef struct NotifProviderConf
 	int			max_inflight;
 	double		rate_limit;		/* requests/s, 0 = none */
 	char	   *ref_field;		/* top-level field carrying the key, or NULL */
+	NotifAuth	auth;			/* a token the sender signs (push_auth.c) */
+	Jsonb	   *credentials;	/* for auth; secret */
+	int			max_connections;	/* HTTP/2 connections per lane */
+	char	   *ca_cert;		/* PEM CA certificates, or NULL */
 	int			throttle;		/* its throttle handle (throttle.c) */
 } NotifProviderConf;
 
@@ -64,7 +72,8 @@ typedef struct NotifJobRef
 } NotifJobRef;
 
 /* one provider call, from claim to recorded result */
-typedef struct NotifCall
+typedef struct NotifCall NotifCall;
+struct NotifCall
 {
 	dlist_node	node;
 	MemoryContext cxt;			/* everything below lives here */
@@ -82,6 +91,16 @@ typedef struct NotifCall
 	size_t		body_sent;		/* read-callback position */
 	struct curl_slist *headers;
 	char		errbuf[CURL_ERROR_SIZE];
+	const char *provider;		/* its name: the connection pool (http.c) */
+	NotifFormat format;
+	int			max_connections;
+	char	   *ca_cert;		/* NULL: the system's trust store */
+	char	   *push_token;		/* fcm/apns: the device token, for notif_unregistered */
+	char	   *refused;		/* why the payload cannot be sent (no call) */
+	uint64		auth_generation;	/* of the token it carries (push_auth.c) */
+	void		(*on_done) (NotifCall *call);	/* not a job's call (a token fetch) */
+	void	   *on_done_arg;
+	int			pool;			/* http.c's connection pool, while in flight */
 
 	/* the result */
 	TimestampTz started_at;
@@ -92,7 +111,14 @@ typedef struct NotifCall
 	char	   *error;
 	char		response[256];	/* start of a non-2xx response body */
 	size_t		response_len;
-} NotifCall;
+	StringInfo	answer;			/* the whole body (up to 16 kB), when wanted */
+	long		http_version;	/* CURL_HTTP_VERSION_* the answer came over */
+	/* what push_answer.c read in an FCM or APNs answer */
+	char	   *reason;			/* the platform's reason, for last_error */
+	bool		unregistered;	/* the device token is dead */
+	bool		device_busy;	/* a 429 for this device only: no provider pause */
+	TimestampTz unregistered_at;	/* the platform's timestamp, or the answer's */
+};
 
 /* request.c */
 extern void notif_build_request(NotifCall *call, const NotifProviderConf *provider,
@@ -109,5 +135,6 @@ extern NotifCall *notif_http_next_done(void);
 extern void notif_http_abort_all(const char *reason);
 extern int	notif_http_inflight(void);
 extern void notif_http_release_idle(void);
+extern bool notif_http_start_aux(NotifCall *call);
 
 #endif							/* NOTIF_DELIVERY_H */

@@ -28,6 +28,7 @@
 
 #include "enqueue_fast.h"
 #include "notif_deliver.h"
+#include "push.h"
 
 /* longest order_id, in bytes: it travels in the idempotency key header */
 #define ORDER_ID_MAXLEN 200
@@ -208,6 +209,9 @@ enqueue_internal(FunctionCallInfo fcinfo, text *order_id_text)
 				 errmsg("unknown notification type \"%s\"", kind),
 				 errhint("Create it first, e.g. INSERT INTO notif_type VALUES ('%s', 'at_least_once', 3, '15 seconds').",
 						 kind)));
+
+	/* an fcm or apns provider's rules: refused here, not at every call */
+	notif_push_check_payload((NotifFormat) type.format, payload, kind);
 
 	if (type.has_deadline)
 	{

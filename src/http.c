@@ -17,6 +17,20 @@
  * instead), and at_most_once requests without a body never reuse a
  * connection.
  *
+ * Connection pools: each HTTPS provider has a multi handle of its own (one
+ * per provider and lane), which negotiates HTTP/2 (ALPN) and multiplexes
+ * its calls over at most max_connections connections
+ * (CURLMOPT_MAX_HOST_CONNECTIONS, with CURLOPT_PIPEWAIT so that a call
+ * waits for a stream on an open connection rather than opening another).
+ * Should the provider answer over HTTP/1.1, that cap would queue calls
+ * behind each other, so it is lifted for that pool.  Plain http providers
+ * share one pool, HTTP/1.1, as many connections as calls.  All pools share
+ * one epoll set; an event carries its pool's index and the socket.
+ *
+ * Besides the jobs' calls, the loop carries auxiliary transfers (a push
+ * provider's token fetch, push_auth.c): they end in their on_done callback
+ * and do not count as calls in flight.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -27,12 +41,24 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "delivery.h"
 #include "notif_deliver.h"
+#include "push.h"
 
-static CURLM *multi = NULL;
+#define MAX_POOLS 65				/* HTTPS providers of one lane, plus the plain pool */
+#define MAX_ANSWER (16 * 1024)
+
+typedef struct HttpPool
+{
+	char		provider[NOTIF_NAME_MAXLEN];	/* "": the plain-http pool */
+	CURLM	   *multi;
+	TimestampTz timer_at;		/* 0: no libcurl timer pending */
+	long		max_connections;	/* 0: no cap */
+	bool		http1_seen;		/* answered over HTTP/1.x: cap lifted */
+} HttpPool;
+
+static HttpPool pools[MAX_POOLS];
+static int	n_pools = 0;
 static int	epfd = -1;
-static TimestampTz timer_at = 0;	/* 0: no libcurl timer pending */
 static int	n_inflight = 0;
 static dlist_head inflight_calls = DLIST_STATIC_INIT(inflight_calls);
 static dlist_head done_calls = DLIST_STATIC_INIT(done_calls);
@@ -78,16 +104,18 @@ put_handle(CURL *easy)
 static int
 socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 {
+	HttpPool   *pool = (HttpPool *) userp;
 	struct epoll_event ev = {0};
 
 	if (what == CURL_POLL_REMOVE)
 	{
 		if (socketp)
 			(void) epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL);
-		curl_multi_assign(multi, fd, NULL);
+		curl_multi_assign(pool->multi, fd, NULL);
 		return 0;
 	}
-	ev.data.fd = fd;
+	/* the pool's index and the socket: no pointer that could dangle */
+	ev.data.u64 = ((uint64) (pool - pools) << 32) | (uint32) fd;
 	if (what == CURL_POLL_IN || what == CURL_POLL_INOUT)
 		ev.events |= EPOLLIN;
 	if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
@@ -101,7 +129,7 @@ socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 		else
 			elog(WARNING, "notif_deliver: epoll_ctl on fd %d failed: %m", (int) fd);
 	}
-	curl_multi_assign(multi, fd, (void *) 1);
+	curl_multi_assign(pool->multi, fd, (void *) 1);
 	return 0;
 }
 
@@ -109,10 +137,12 @@ socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 static int
 timer_cb(CURLM *m, long timeout_ms, void *userp)
 {
+	HttpPool   *pool = (HttpPool *) userp;
+
 	if (timeout_ms < 0)
-		timer_at = 0;
+		pool->timer_at = 0;
 	else
-		timer_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+		pool->timer_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	return 0;
 }
 
@@ -138,6 +168,14 @@ write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 
 	size_t		i;
 
+	/* a push answer or a token is read whole (it may hold a secret) */
+	if (call->answer)
+	{
+		if (call->answer->len + n <= MAX_ANSWER)
+			appendBinaryStringInfo(call->answer, ptr, n);
+		return n;
+	}
+
 	/* printable ASCII only: it goes into a text column, whatever it was */
 	for (i = 0; i < n && room > 0; i++, room--)
 	{
@@ -149,21 +187,79 @@ write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 	return n;
 }
 
+/* a new pool: "" for plain http, else an HTTPS provider's */
+static HttpPool *
+new_pool(const char *provider, long max_connections)
+{
+	HttpPool   *pool = &pools[n_pools];
+	CURLM	   *multi = curl_multi_init();
+
+	if (multi == NULL)
+		return NULL;
+	memset(pool, 0, sizeof(*pool));
+	strlcpy(pool->provider, provider, sizeof(pool->provider));
+	pool->multi = multi;
+	curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
+	curl_multi_setopt(multi, CURLMOPT_SOCKETDATA, pool);
+	curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, timer_cb);
+	curl_multi_setopt(multi, CURLMOPT_TIMERDATA, pool);
+	/* keep as many idle keep-alive connections as calls can be in flight */
+	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) notif_max_inflight);
+	if (provider[0])
+	{
+		pool->max_connections = max_connections;
+		curl_multi_setopt(multi, CURLMOPT_PIPELINING, (long) CURLPIPE_MULTIPLEX);
+		curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, max_connections);
+	}
+	n_pools++;
+	return pool;
+}
+
+/* The pool of a call: its provider's if it is HTTPS (and there is room). */
+static HttpPool *
+pool_of(NotifCall *call)
+{
+	bool		https = pg_strncasecmp(call->url, "https://", 8) == 0;
+	int			i;
+
+	if (https && call->provider)
+	{
+		for (i = 1; i < n_pools; i++)
+			if (strcmp(pools[i].provider, call->provider) == 0)
+			{
+				HttpPool   *pool = &pools[i];
+
+				/* max_connections changed (the cap stays lifted over HTTP/1.1) */
+				if (pool->max_connections != call->max_connections)
+				{
+					pool->max_connections = call->max_connections;
+					if (!pool->http1_seen)
+						curl_multi_setopt(pool->multi, CURLMOPT_MAX_HOST_CONNECTIONS,
+										  (long) call->max_connections);
+				}
+				return pool;
+			}
+		if (n_pools < MAX_POOLS)
+		{
+			HttpPool   *pool = new_pool(call->provider, call->max_connections);
+
+			if (pool)
+				return pool;
+		}
+	}
+	return &pools[0];
+}
+
 void
 notif_http_init(void)
 {
 	if (curl_global_init(CURL_GLOBAL_ALL) != CURLE_OK)
 		elog(ERROR, "curl_global_init failed");
-	multi = curl_multi_init();
-	if (multi == NULL)
-		elog(ERROR, "curl_multi_init failed");
 	epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (epfd < 0)
 		elog(ERROR, "epoll_create1 failed: %m");
-	curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
-	curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, timer_cb);
-	/* keep as many idle keep-alive connections as calls can be in flight */
-	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) notif_max_inflight);
+	if (new_pool("", 0) == NULL)
+		elog(ERROR, "curl_multi_init failed");
 }
 
 int
@@ -183,7 +279,12 @@ long
 notif_http_timeout_ms(void)
 {
 	TimestampTz now;
+	TimestampTz timer_at = 0;
+	int			i;
 
+	for (i = 0; i < n_pools; i++)
+		if (pools[i].timer_at != 0 && (timer_at == 0 || pools[i].timer_at < timer_at))
+			timer_at = pools[i].timer_at;
 	if (timer_at == 0)
 		return -1;
 	now = GetCurrentTimestamp();
@@ -193,12 +294,12 @@ notif_http_timeout_ms(void)
 }
 
 static void
-collect_done(void)
+collect_done(HttpPool *pool)
 {
 	CURLMsg    *msg;
 	int			left;
 
-	while ((msg = curl_multi_info_read(multi, &left)) != NULL)
+	while ((msg = curl_multi_info_read(pool->multi, &left)) != NULL)
 	{
 		NotifCall  *call;
 		curl_off_t	retry_after = 0;
@@ -211,21 +312,39 @@ collect_done(void)
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &call->http_status);
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_REQUEST_SIZE, &request_size);
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_RETRY_AFTER, &retry_after);
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_HTTP_VERSION, &call->http_version);
 		call->retry_after_ms = (int64) retry_after * 1000;
 		call->outcome = notif_classify(msg->data.result, call->http_status,
 									   request_size > 0 || call->body_sent > 0);
 		if (msg->data.result != CURLE_OK)
 			call->error = MemoryContextStrdup(call->cxt,
 											  call->errbuf[0] ? call->errbuf : curl_easy_strerror(msg->data.result));
-		else if (call->outcome != OUTCOME_ACCEPTED)
+		else if (call->outcome != OUTCOME_ACCEPTED && call->answer == NULL)
 			call->error = MemoryContextStrdup(call->cxt, call->response);
 
-		curl_multi_remove_handle(multi, msg->easy_handle);
+		/* an HTTPS provider without HTTP/2: its calls need connections */
+		if (pool->max_connections > 0 && !pool->http1_seen && call->on_done == NULL &&
+			call->http_status != 0 &&
+			call->http_version != CURL_HTTP_VERSION_2_0 &&
+			call->http_version != CURL_HTTP_VERSION_NONE)
+		{
+			pool->http1_seen = true;
+			curl_multi_setopt(pool->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
+		}
+
+		curl_multi_remove_handle(pool->multi, msg->easy_handle);
 		put_handle(msg->easy_handle);
 		call->easy = NULL;
 		notif_free_request(call);
-		n_inflight--;
 		dlist_delete(&call->node);
+		if (call->on_done)
+		{
+			call->on_done(call);
+			continue;
+		}
+		if (call->format == FORMAT_FCM || call->format == FORMAT_APNS)
+			notif_push_read_answer(call);
+		n_inflight--;
 		dlist_push_tail(&done_calls, &call->node);
 	}
 }
@@ -235,6 +354,7 @@ void
 notif_http_drive(bool sockets_ready)
 {
 	int			running;
+	int			i;
 
 	if (sockets_ready)
 	{
@@ -243,8 +363,6 @@ notif_http_drive(bool sockets_ready)
 
 		while ((n = epoll_wait(epfd, evs, lengthof(evs), 0)) > 0)
 		{
-			int			i;
-
 			for (i = 0; i < n; i++)
 			{
 				int			flags = 0;
@@ -255,18 +373,25 @@ notif_http_drive(bool sockets_ready)
 					flags |= CURL_CSELECT_OUT;
 				if (evs[i].events & EPOLLERR)
 					flags |= CURL_CSELECT_ERR;
-				curl_multi_socket_action(multi, evs[i].data.fd, flags, &running);
+				curl_multi_socket_action(pools[evs[i].data.u64 >> 32].multi,
+										 (curl_socket_t) (uint32) evs[i].data.u64,
+										 flags, &running);
 			}
 			if (n < (int) lengthof(evs))
 				break;
 		}
 	}
-	if (timer_at != 0 && GetCurrentTimestamp() >= timer_at)
+	for (i = 0; i < n_pools; i++)
 	{
-		timer_at = 0;
-		curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running);
+		HttpPool   *pool = &pools[i];
+
+		if (pool->timer_at != 0 && GetCurrentTimestamp() >= pool->timer_at)
+		{
+			pool->timer_at = 0;
+			curl_multi_socket_action(pool->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+		}
+		collect_done(pool);
 	}
-	collect_done();
 }
 
 /*
@@ -274,10 +399,11 @@ notif_http_drive(bool sockets_ready)
  * set, when it could not start (nothing was sent).  Never throws: the job
  * is already committed as claimed.
  */
-bool
-notif_http_start(NotifCall *call)
+static bool
+start(NotifCall *call)
 {
 	CURL	   *easy = get_handle();
+	HttpPool   *pool = pool_of(call);
 
 	if (easy == NULL)
 	{
@@ -292,7 +418,20 @@ notif_http_start(NotifCall *call)
 	curl_easy_setopt(easy, CURLOPT_URL, call->url);
 	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
-	curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_1_1);
+	if (pool->max_connections > 0)
+	{
+		/* HTTP/2 where TLS offers it; wait for a stream, not a new connection */
+		curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_2TLS);
+		curl_easy_setopt(easy, CURLOPT_PIPEWAIT, 1L);
+	}
+	else
+		curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_1_1);
+	if (call->ca_cert)
+	{
+		struct curl_blob blob = {call->ca_cert, strlen(call->ca_cert), CURL_BLOB_COPY};
+
+		curl_easy_setopt(easy, CURLOPT_CAINFO_BLOB, &blob);
+	}
 	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 1L);
 	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 2L);
@@ -327,18 +466,48 @@ notif_http_start(NotifCall *call)
 			curl_easy_setopt(easy, CURLOPT_POSTFIELDS, call->body);
 	}
 
+	if (call->answer)
+		resetStringInfo(call->answer);
+	else if (call->on_done || call->format == FORMAT_FCM || call->format == FORMAT_APNS)
+	{
+		MemoryContext old = MemoryContextSwitchTo(call->cxt);
+
+		call->answer = makeStringInfo();
+		MemoryContextSwitchTo(old);
+	}
+
 	call->started_at = GetCurrentTimestamp();
-	if (curl_multi_add_handle(multi, easy) != CURLM_OK)
+	if (curl_multi_add_handle(pool->multi, easy) != CURLM_OK)
 	{
 		put_handle(easy);
 		call->easy = NULL;
 		call->error = "could not start the call: curl_multi_add_handle failed";
 		return false;
 	}
-	n_inflight++;
+	call->pool = pool - pools;
 	dlist_push_tail(&inflight_calls, &call->node);
 	/* libcurl now asks for a 0 ms timer: the next notif_http_drive() starts it */
 	return true;
+}
+
+bool
+notif_http_start(NotifCall *call)
+{
+	if (!start(call))
+		return false;
+	n_inflight++;
+	return true;
+}
+
+/*
+ * Start a transfer that is not a job's call (a token fetch): it ends in
+ * call->on_done, which owns the call from then on; not counted in flight.
+ */
+bool
+notif_http_start_aux(NotifCall *call)
+{
+	Assert(call->on_done != NULL);
+	return start(call);
 }
 
 /*
@@ -354,15 +523,20 @@ notif_http_abort_all(const char *reason)
 	{
 		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
 
-		curl_multi_remove_handle(multi, call->easy);
+		curl_multi_remove_handle(pools[call->pool].multi, call->easy);
 		put_handle(call->easy);
 		call->easy = NULL;
 		notif_free_request(call);
 		call->ended_at = GetCurrentTimestamp();
 		call->outcome = OUTCOME_UNKNOWN;
 		call->error = MemoryContextStrdup(call->cxt, reason);
-		n_inflight--;
 		dlist_delete(&call->node);
+		if (call->on_done)
+		{
+			call->on_done(call);
+			continue;
+		}
+		n_inflight--;
 		dlist_push_tail(&done_calls, &call->node);
 	}
 }

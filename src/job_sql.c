@@ -24,16 +24,22 @@
 
 #include "job_sql.h"
 #include "notif_deliver.h"
+#include "push.h"
 
 /* the types of a lane, with their providers (paused types left out) */
 static const char *const sql_lane_types =
 "SELECT t.code, t.delivery, t.max_tries, t.priority,"
 "       (extract(epoch FROM t.backoff_min) * 1000)::int8,"
 "       (extract(epoch FROM t.backoff_max) * 1000)::int8,"
-"       p.name, p.url, p.format, p.headers, p.idempotency_header,"
+"       p.name,"
+"       coalesce(p.url, CASE WHEN p.format = 'fcm' AND p.auth = 'google_service_account'"
+"                            THEN 'https://fcm.googleapis.com/v1/projects/'"
+"                                 || (p.credentials ->> 'project_id') || '/messages:send' END),"
+"       p.format, p.headers, p.idempotency_header,"
 "       greatest(1, ceil(extract(epoch FROM p.timeout) * 1000))::int8,"
 "       greatest(1, ceil(extract(epoch FROM p.connect_timeout) * 1000))::int8,"
-"       p.max_inflight, p.rate_limit::float8, p.ref_field"
+"       p.max_inflight, p.rate_limit::float8, p.ref_field,"
+"       p.auth, p.credentials, p.max_connections, p.ca_cert"
 "  FROM %s.notif_type t JOIN %s.notif_provider p ON p.name = t.provider"
 " WHERE t.lane = $1 AND NOT t.paused"
 " ORDER BY t.priority DESC, t.code";
@@ -344,15 +350,6 @@ col_timestamptz(int row, int c)
 	return isnull ? 0 : DatumGetTimestampTz(d);
 }
 
-static NotifFormat
-format_from_string(const char *s)
-{
-	if (strcmp(s, "form") == 0)
-		return FORMAT_FORM;
-	if (strcmp(s, "query") == 0)
-		return FORMAT_QUERY;
-	return FORMAT_JSON;
-}
 
 /* "Name: value" lines from a headers object (strings only, by CHECK) */
 static struct curl_slist *
@@ -400,7 +397,7 @@ notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out)
 		t->policy.backoff_max_ms = col_int(i, 6);
 		t->provider.name = col_text(i, 7, cxt);
 		t->provider.url = col_text(i, 8, cxt);
-		t->provider.format = format_from_string(col_text(i, 9, cxt));
+		t->provider.format = notif_format_from_string(col_text(i, 9, cxt));
 		d = col(i, 10, &isnull);
 		t->provider.headers = isnull ? NULL : headers_from_jsonb(DatumGetJsonbP(d));
 		t->provider.idempotency_header = col_text(i, 11, cxt);
@@ -410,6 +407,17 @@ notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out)
 		d = col(i, 15, &isnull);
 		t->provider.rate_limit = isnull ? 0 : DatumGetFloat8(d);
 		t->provider.ref_field = col_text(i, 16, cxt);
+		t->provider.auth = notif_auth_from_string(col_text(i, 17, cxt));
+		d = col(i, 18, &isnull);
+		if (!isnull)
+		{
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+
+			t->provider.credentials = DatumGetJsonbPCopy(d);
+			MemoryContextSwitchTo(old);
+		}
+		t->provider.max_connections = col_int(i, 19);
+		t->provider.ca_cert = col_text(i, 20, cxt);
 	}
 	*out = types;
 	return (int) SPI_processed;

@@ -4,7 +4,7 @@
  *      The delivery guarantee in one screen: every transition a job makes
  *      (transitions[]: claim, call result, a lost sender's recovery,
  *      notif_retry, notif_cancel) and how a call's result is classified
- *      (classification[]).  The senders and the SQL functions only carry
+ *      (classification[], and answers[] for the push platforms' reasons).  The senders and the SQL functions only carry
  *      out what these tables say; SQL reads them as notif_transitions(),
  *      whose expected output (expected/lifecycle.out) is the specification,
  *      and the TAP tests name their rows.
@@ -176,6 +176,43 @@ notif_classify(int curl_code, long http_status, bool request_sent)
 
 	/* a timeout among others: safe to retry only if it struck before sending */
 	return request_sent ? OUTCOME_UNKNOWN : OUTCOME_UNREACHED;
+}
+
+/*
+ * What a push platform's answer says beyond its status: our token refused
+ * (the platform did not act: unreached, with a new token), the device
+ * token dead (rejected, and listed), FCM's quota (at least a minute), one
+ * device sent to too often (only its job waits for Retry-After; a 429
+ * otherwise pauses the whole provider).
+ * Answers not listed keep notif_classify()'s outcome: 429 unreached, 5xx
+ * unknown, other 4xx rejected.
+ */
+static const NotifAnswerRow answers[] = {
+	/* name                      platform status reason            outcome  action  min retry */
+	{"fcm_unauthenticated", "fcm", 401, "UNAUTHENTICATED", OUTCOME_UNREACHED, ANSWER_NEW_TOKEN, 0},
+	{"fcm_unregistered", "fcm", 404, "UNREGISTERED", OUTCOME_REJECTED, ANSWER_DEAD_TOKEN, 0},
+	{"fcm_quota_exceeded", "fcm", 429, "QUOTA_EXCEEDED", OUTCOME_UNREACHED, ANSWER_KEEP, 60 * 1000},
+	{"apns_expired_provider_token", "apns", 403, "ExpiredProviderToken", OUTCOME_UNREACHED, ANSWER_RESIGN_NOW, 0},
+	{"apns_invalid_provider_token", "apns", 403, "InvalidProviderToken", OUTCOME_UNREACHED, ANSWER_NEW_TOKEN, 0},
+	{"apns_unregistered", "apns", 410, "Unregistered", OUTCOME_REJECTED, ANSWER_DEAD_TOKEN, 0},
+	{"apns_bad_device_token", "apns", 400, "BadDeviceToken", OUTCOME_REJECTED, ANSWER_DEAD_TOKEN, 0},
+	{"apns_too_many_requests", "apns", 429, "TooManyRequests", OUTCOME_UNREACHED, ANSWER_DEVICE_BUSY, 0},
+};
+
+/* The row for a platform's answer, or NULL (the status decides). */
+const NotifAnswerRow *
+notif_classify_answer(const char *platform, long http_status, const char *reason)
+{
+	int			i;
+
+	if (reason == NULL)
+		return NULL;
+	for (i = 0; i < (int) lengthof(answers); i++)
+		if (answers[i].http_status == http_status &&
+			strcmp(answers[i].platform, platform) == 0 &&
+			strcmp(answers[i].reason, reason) == 0)
+			return &answers[i];
+	return NULL;
 }
 
 static bool

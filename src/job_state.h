@@ -153,6 +153,34 @@ extern NotifDelivery notif_delivery_claimed_as(NotifStatus status);
 
 extern NotifOutcome notif_classify(int curl_code, long http_status, bool request_sent);
 
+/*
+ * A push platform's answer, by HTTP status and the platform's reason (FCM
+ * details[].errorCode, APNs reason): refines notif_classify() for 'fcm' and
+ * 'apns' providers (push_answer.c reads the reason).
+ */
+typedef enum NotifAnswerAction
+{
+	ANSWER_KEEP,				/* nothing more */
+	ANSWER_NEW_TOKEN,			/* our token was refused: get another */
+	ANSWER_RESIGN_NOW,			/* ... as expired: re-sign it at once */
+	ANSWER_DEAD_TOKEN,			/* the device token is dead: notif_unregistered */
+	ANSWER_DEVICE_BUSY			/* one device throttled: not the provider's pause */
+} NotifAnswerAction;
+
+typedef struct NotifAnswerRow
+{
+	const char *name;			/* named by the tests */
+	const char *platform;		/* notif_provider.format: 'fcm', 'apns' */
+	long		http_status;
+	const char *reason;
+	NotifOutcome outcome;
+	NotifAnswerAction action;
+	int64		min_retry_ms;	/* retry no sooner (a later Retry-After wins) */
+} NotifAnswerRow;
+
+extern const NotifAnswerRow *notif_classify_answer(const char *platform, long http_status,
+												   const char *reason);
+
 extern bool notif_ends_sent(NotifDelivery delivery, NotifOutcome outcome);
 extern NotifTransition notif_after_call(NotifEvent event, NotifDelivery delivery,
 										NotifOutcome outcome,

@@ -139,6 +139,7 @@ typedef struct NotifTypeInfo
 	bool		has_deadline;
 	Interval	deadline;
 	char		lane[NOTIF_NAME_MAXLEN];
+	int			format;			/* NotifFormat of its provider (push rules) */
 } NotifTypeInfo;
 
 extern bool notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info);

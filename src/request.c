@@ -7,6 +7,11 @@
  *   json   POST, the payload as a JSON document (application/json)
  *   form   POST, its top-level keys as application/x-www-form-urlencoded
  *   query  GET, its top-level keys as URL query parameters
+ *   fcm    FCM HTTP v1 (request_fcm.c)
+ *   apns   APNs (request_apns.c)
+ *
+ * A payload that an fcm or apns provider cannot take (push_payload.c) is
+ * not sent: call->refused says why, and the job fails without a call.
  *
  * A provider with a ref_field gets the job's key as one more top-level
  * field (replacing a payload field of that name), so that its delivery
@@ -24,7 +29,7 @@
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
 
-#include "delivery.h"
+#include "push.h"
 
 /* percent-encode everything but RFC 3986 unreserved characters */
 static void
@@ -167,7 +172,19 @@ notif_build_request(NotifCall *call, const NotifProviderConf *provider,
 	struct curl_slist *h = NULL;
 	struct curl_slist *s;
 
-	if (provider->ref_field)
+	call->format = provider->format;
+	call->provider = pstrdup(provider->name);
+	call->max_connections = provider->max_connections;
+	call->ca_cert = provider->ca_cert ? pstrdup(provider->ca_cert) : NULL;
+	call->refused = notif_push_payload_error(provider->format, payload);
+	if (call->refused)
+	{
+		call->refused = psprintf("payload refused before the call: not a valid %s message: %s",
+								 provider->format == FORMAT_FCM ? "FCM" : "APNs", call->refused);
+		return;
+	}
+	if (provider->ref_field && provider->format != FORMAT_FCM &&
+		provider->format != FORMAT_APNS)
 		payload = with_ref_field(payload, provider->ref_field, key);
 
 	initStringInfo(&buf);
@@ -195,6 +212,12 @@ notif_build_request(NotifCall *call, const NotifProviderConf *provider,
 			call->body = NULL;
 			call->body_len = 0;
 			break;
+		case FORMAT_FCM:
+			notif_build_fcm(call, provider, payload, &h);
+			break;
+		case FORMAT_APNS:
+			notif_build_apns(call, provider, payload, &h);
+			break;
 	}
 
 	/* no "Expect: 100-continue" round trip */
@@ -211,6 +234,12 @@ notif_build_request(NotifCall *call, const NotifProviderConf *provider,
 void
 notif_free_request(NotifCall *call)
 {
+	struct curl_slist *s;
+
+	/* a push call's headers carry its provider's token: wipe them */
+	if (call->format == FORMAT_FCM || call->format == FORMAT_APNS)
+		for (s = call->headers; s; s = s->next)
+			explicit_bzero(s->data, strlen(s->data));
 	if (call->headers)
 		curl_slist_free_all(call->headers);
 	call->headers = NULL;

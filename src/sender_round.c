@@ -27,6 +27,7 @@
 #include "utils/timestamp.h"
 
 #include "job_sql.h"
+#include "push.h"
 #include "sender.h"
 #include "throttle.h"
 
@@ -257,6 +258,21 @@ claim_jobs(void)
 
 		if (type->provider.url == NULL)
 			continue;			/* not configured: its jobs wait */
+		if (!notif_push_auth_ready(&type->provider, now, false, &retry_at))
+		{
+			/* no token (push_auth.c): get one if jobs are due; they wait */
+			TimestampTz due = notif_sql_next_due(type->code);
+
+			if (due == 0 || due > now ||
+				!notif_push_auth_ready(&type->provider, now, true, &retry_at))
+			{
+				if (due > now && due < next)
+					next = due;
+				if (retry_at != 0 && retry_at < next)
+					next = retry_at;
+				continue;
+			}
+		}
 		if (room <= 0)
 		{
 			more = true;
@@ -335,6 +351,11 @@ start_claimed(void)
 		dlist_delete(&call->node);
 		if (call->job.deadline_at != 0 && GetCurrentTimestamp() >= call->job.deadline_at)
 			never_started(call, OUTCOME_NOT_STARTED);	/* none after the deadline */
+		else if (call->refused)
+		{
+			call->error = call->refused;	/* its provider cannot take it: no call */
+			never_started(call, OUTCOME_REJECTED);
+		}
 		else if (!notif_http_start(call))
 			never_started(call, OUTCOME_UNREACHED); /* nothing was sent */
 		else
@@ -354,7 +375,7 @@ collect_finished(void)
 		if (notif_ends_sent(call->job.delivery, call->outcome))
 			sent++;
 		notif_throttle_release(call->throttle, 1, false);
-		if (call->http_status == 429 && call->retry_after_ms > 0)
+		if (call->http_status == 429 && call->retry_after_ms > 0 && !call->device_busy)
 			notif_throttle_pause(call->throttle,
 								 TimestampTzPlusMilliseconds(call->ended_at, call->retry_after_ms));
 		pg_atomic_fetch_sub_u32(&sender.slot->inflight, 1);
@@ -464,6 +485,7 @@ sender_round(bool want_claim)
 			recover_orphans();
 		n_results = finished_results(&results);
 		notif_sql_record(results, n_results, NULL);
+		notif_push_record_unregistered(&sender.finished);
 		if (want_claim && !ShutdownRequestPending)
 			claim_jobs();
 		make_claims_durable();

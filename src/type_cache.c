@@ -26,6 +26,7 @@
 #include "utils/rel.h"
 
 #include "notif_deliver.h"
+#include "push.h"
 
 #define TYPE_CODE_MAXLEN	NAMEDATALEN * 2
 
@@ -41,12 +42,13 @@ static bool type_cache_valid = false;
 static bool callback_registered = false;
 static Oid	cached_nspid = InvalidOid;
 static Oid	cached_relid = InvalidOid;
+static Oid	cached_provider_relid = InvalidOid;
 static SPIPlanPtr lookup_plan = NULL;
 
 static void
 type_cache_invalidate(Datum arg, Oid relid)
 {
-	if (relid == InvalidOid || relid == cached_relid)
+	if (relid == InvalidOid || relid == cached_relid || relid == cached_provider_relid)
 		type_cache_valid = false;
 }
 
@@ -78,6 +80,7 @@ type_cache_reset(Oid nspid)
 	}
 	cached_nspid = nspid;
 	cached_relid = get_relname_relid("notif_type", nspid);
+	cached_provider_relid = get_relname_relid("notif_provider", nspid);
 	type_cache_valid = true;
 }
 
@@ -91,8 +94,10 @@ get_lookup_plan(Oid nspid)
 		SPIPlanPtr	plan;
 
 		plan = SPI_prepare(notif_qualified_sql(nspid,
-											   "SELECT deadline, lane FROM %s.notif_type"
-											   " WHERE code OPERATOR(pg_catalog.=) $1"),
+											   "SELECT t.deadline, t.lane, p.format"
+											   "  FROM %s.notif_type t JOIN %s.notif_provider p"
+											   "    ON p.name OPERATOR(pg_catalog.=) t.provider"
+											   " WHERE t.code OPERATOR(pg_catalog.=) $1"),
 						   1, argtypes);
 		if (plan == NULL)
 			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
@@ -155,6 +160,8 @@ notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info)
 				fresh.deadline = *DatumGetIntervalP(d);
 			d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
 			text_to_cstring_buffer(DatumGetTextPP(d), fresh.lane, sizeof(fresh.lane));
+			d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
+			fresh.format = notif_format_from_string(TextDatumGetCString(d));
 		}
 		SPI_finish();
 

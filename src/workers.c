@@ -3,9 +3,10 @@
  * workers.c
  *      notif_workers(): what the launcher and each lane's sender are doing,
  *      read from shared memory: pid, lane, state, calls in flight, jobs
- *      sent in the last minute, whether it has read the latest committed
- *      configuration.  A lane whose sender is not running (no
+ *      sent in the last minute.  A lane whose sender is not running (no
  *      worker slot, or being restarted) shows with a NULL pid.
+ *      notif_config_applied(): whether they have read the configuration as
+ *      last committed.
  *      notif_provider_slots(): the providers' shared limits in use, and the
  *      providers limited per lane because every shared slot was taken.
  *
@@ -22,6 +23,7 @@
 
 PG_FUNCTION_INFO_V1(notif_workers);
 PG_FUNCTION_INFO_V1(notif_provider_slots);
+PG_FUNCTION_INFO_V1(notif_config_applied);
 
 static const char *
 state_name(NotifWorkerState state)
@@ -50,16 +52,14 @@ Datum
 notif_workers(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Datum		values[7];
-	bool		nulls[7];
+	Datum		values[6];
+	bool		nulls[6];
 	pid_t		launcher_pid;
-	uint64		generation;
 	int			i;
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (notif_shared == NULL)
 		PG_RETURN_VOID();		/* not preloaded: no worker runs */
-	generation = pg_atomic_read_u64(&notif_shared->config_generation);
 
 	LWLockAcquire(notif_shared->lanes_lock, LW_SHARED);
 	launcher_pid = notif_shared->launcher_pid;
@@ -72,7 +72,6 @@ notif_workers(PG_FUNCTION_ARGS)
 		nulls[2] = true;
 		values[3] = CStringGetTextDatum(state_name(pg_atomic_read_u32(&notif_shared->launcher_state)));
 		nulls[4] = nulls[5] = true;
-		values[6] = BoolGetDatum(pg_atomic_read_u64(&notif_shared->launcher_config_seen) == generation);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 
@@ -100,7 +99,6 @@ notif_workers(PG_FUNCTION_ARGS)
 										state_name(pg_atomic_read_u32(&slot->state)));
 		values[4] = Int32GetDatum(pid == 0 ? 0 : (int32) pg_atomic_read_u32(&slot->inflight));
 		values[5] = Int64GetDatum((int64) notif_sent_last_minute(slot));
-		values[6] = BoolGetDatum(pid != 0 && pg_atomic_read_u64(&slot->config_seen) == generation);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	PG_RETURN_VOID();
@@ -170,4 +168,40 @@ notif_provider_slots(PG_FUNCTION_ARGS)
 		}
 	}
 	PG_RETURN_VOID();
+}
+
+/*
+ * notif_config_applied(lane): has the lane's sender (NULL: the launcher
+ * and every running sender) read the configuration generation as it is
+ * now?  False for a lane without a running sender.
+ */
+Datum
+notif_config_applied(PG_FUNCTION_ARGS)
+{
+	char	   *lane = PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0));
+	uint64		generation;
+	bool		applied = true;
+	bool		found = false;
+	int			i;
+
+	if (notif_shared == NULL)
+		PG_RETURN_BOOL(false);	/* not preloaded: nobody reads it */
+	generation = pg_atomic_read_u64(&notif_shared->config_generation);
+	if (lane == NULL &&
+		pg_atomic_read_u64(&notif_shared->launcher_config_seen) != generation)
+		PG_RETURN_BOOL(false);
+
+	LWLockAcquire(notif_shared->lanes_lock, LW_SHARED);
+	for (i = 0; i < notif_max_lanes; i++)
+	{
+		NotifLaneSlot *slot = &notif_shared->lanes[i];
+
+		if (!slot->in_use || (lane != NULL && strcmp(slot->lane, lane) != 0))
+			continue;
+		found = true;
+		if (slot->pid == 0 || pg_atomic_read_u64(&slot->config_seen) != generation)
+			applied = false;
+	}
+	LWLockRelease(notif_shared->lanes_lock);
+	PG_RETURN_BOOL(applied && (found || lane == NULL));
 }

@@ -150,13 +150,13 @@ sub wait_until
 }
 
 # Wait until the sender of a lane has read the configuration as last
-# committed (notif_workers().config_current), so that its next claim uses it.
+# committed (notif_config_applied), so that its next claim uses it.
 sub wait_config_read
 {
 	my ($node, $lane, $schema) = @_;
 	$schema //= 'public';
 	return wait_until($node,
-		"SELECT config_current FROM $schema.notif_workers() WHERE role = 'sender' AND lane = '$lane'",
+		"SELECT $schema.notif_config_applied('$lane')",
 		't', "the sender of lane $lane to read the new configuration");
 }
 

@@ -14,8 +14,12 @@
 # already there is put back after), and one found running afterwards is
 # stopped.
 set -euo pipefail
+# libssl-dev: push tokens are signed with OpenSSL (src/token.c); nghttp2-proxy
+# (nghttpx, the HTTP/2 TLS front) and libcryptx-perl (verifying RS256/ES256)
+# for the push test test/t/020_push.pl
 packages=(make gcc libc6-dev postgresql-15 postgresql-server-dev-15 postgresql-client-15
-	libcurl4-openssl-dev libipc-run-perl openssl bc procps curl)
+	libcurl4-openssl-dev libssl-dev libipc-run-perl openssl bc procps curl
+	nghttp2-proxy libcryptx-perl)
 [ "${1:-}" = --bench ] && packages+=(gnuplot-nox postgresql-15-pgq3 pgqd)
 optional=(kannel kannel-extras)
 

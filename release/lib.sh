@@ -1,0 +1,52 @@
+# release/lib.sh: helpers shared by release/deb and release/package_check
+# (sourced, not run).
+
+# The source files of the tree at $1, NUL-separated, sorted: what git tracks
+# plus new files it does not ignore (so uncommitted work is built as it is),
+# or every file but build/ outside a git checkout (e.g. an unpacked PGXN
+# archive).
+tree_files()
+{
+	(
+		cd "$1"
+		if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+			git ls-files -z --cached --others --exclude-standard |
+				while IFS= read -r -d '' f; do
+					[ -f "$f" ] && printf '%s\0' "$f"
+				done
+		else
+			find . -path ./build -prune -o -type f -printf '%P\0'
+		fi
+	) | sort -z
+}
+
+# Copy tree_files of $1 into the existing folder $2.
+copy_tree()
+{
+	tree_files "$1" | (cd "$1" && tar --null -T - -cf -) | tar -xf - -C "$2"
+}
+
+# One checksum over the names and contents of tree_files: a package built
+# from this tree records it, and is "current" while the tree still has it.
+tree_sum()
+{
+	(cd "$1" && tree_files . | xargs -0 sha256sum) | sha256sum | cut -d' ' -f1
+}
+
+# The package's file in build/deb/ (not the -dbgsym one), or nothing.
+deb_file()
+{
+	local f
+	for f in "$1"/build/deb/postgresql-*-notif-deliver_*.deb; do
+		[ -f "$f" ] && echo "$f"
+	done
+	return 0
+}
+
+# Is a Debian package installed (or removed, its configuration kept)?
+pkg_present()
+{
+	local s
+	s=$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null) || return 1
+	[ "$s" != not-installed ] && [ -n "$s" ]
+}

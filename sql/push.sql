@@ -1,0 +1,105 @@
+-- push: the 'fcm' and 'apns' formats, their credentials (checked when the
+-- row is written, never shown), and their payload rules (checked at
+-- enqueue: SQLSTATE 22023, nothing written).  The types are paused, so no
+-- sender calls anyone here; test/t/020_push.pl does the calls.
+
+-- keys as a user loads them from files, with psql's \set and backticks
+\set rsa_key `openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 2>/dev/null`
+\set ec_key `openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 2>/dev/null`
+SELECT jsonb_build_object('type', 'service_account', 'project_id', 'demo-project',
+                          'private_key_id', 'k1', 'private_key', :'rsa_key',
+                          'client_email', 'notif@demo-project.iam.gserviceaccount.com',
+                          'token_uri', 'https://oauth2.googleapis.com/token') AS sa \gset
+SELECT jsonb_build_object('key_id', 'ABC123DEFG', 'team_id', 'DEF123GHIJ',
+                          'private_key', :'ec_key') AS p8 \gset
+
+INSERT INTO notif_provider (name, format, auth, credentials)
+VALUES ('fcm', 'fcm', 'google_service_account', :'sa');
+INSERT INTO notif_provider (name, url, format, auth, credentials, max_connections)
+VALUES ('apns', 'https://api.push.apple.com', 'apns', 'apns_token', :'p8', 2);
+SELECT name, format, auth, credentials ? 'private_key' AS has_key, max_connections
+  FROM notif_provider WHERE name IN ('fcm', 'apns') ORDER BY name;
+
+-- malformed credentials are refused when the row is written, naming what is
+-- wrong and never showing the key
+SELECT try($$INSERT INTO notif_provider (name, auth) VALUES ('p1', 'google_service_account')$$);
+SELECT try($$INSERT INTO notif_provider (name, credentials) VALUES ('p1', '{}')$$);
+SELECT try($$INSERT INTO notif_provider (name, auth, credentials) VALUES ('p1', 'oauth', '{}')$$);
+SELECT try($$INSERT INTO notif_provider (name, auth, credentials) VALUES ('p1', 'google_service_account', '"x"')$$);
+SELECT try(format($$INSERT INTO notif_provider (name, auth, credentials) VALUES ('p1', 'google_service_account', %L)$$,
+                  :'sa'::jsonb - 'client_email'));
+SELECT try(format($$INSERT INTO notif_provider (name, auth, credentials) VALUES ('p1', 'google_service_account', %L)$$,
+                  :'sa'::jsonb || '{"token_uri": 42}'));
+SELECT try(format($$INSERT INTO notif_provider (name, auth, credentials) VALUES ('p1', 'google_service_account', %L)$$,
+                  :'sa'::jsonb || '{"private_key": "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"}'));
+SELECT try(format($$INSERT INTO notif_provider (name, auth, credentials) VALUES ('p1', 'google_service_account', %L)$$,
+                  :'sa'::jsonb || jsonb_build_object('private_key', :'ec_key')));
+SELECT try(format($$INSERT INTO notif_provider (name, auth, credentials) VALUES ('p1', 'apns_token', %L)$$,
+                  :'p8'::jsonb - 'team_id'));
+SELECT try(format($$INSERT INTO notif_provider (name, auth, credentials) VALUES ('p1', 'apns_token', %L)$$,
+                  :'p8'::jsonb || jsonb_build_object('private_key', :'rsa_key')));
+SELECT try($$UPDATE notif_provider SET credentials = credentials - 'private_key' WHERE name = 'apns'$$);
+SELECT try($$INSERT INTO notif_provider (name, max_connections) VALUES ('p1', 0)$$);
+SELECT try($$INSERT INTO notif_provider (name, ca_cert) VALUES ('p1', '/etc/ssl/certs/ca.pem')$$);
+SELECT count(*) AS providers_written FROM notif_provider WHERE name = 'p1';
+
+INSERT INTO notif_type (code, delivery, max_tries, provider, paused) VALUES
+    ('fcm_msg', 'at_least_once', 3, 'fcm', true),
+    ('apns_msg', 'at_least_once', 3, 'apns', true);
+
+-- fcm: FCM's message object, exactly one target, data a map of strings
+SELECT try($$SELECT notif_enqueue(1, 'fcm_msg', 'a', '{"notification": {"title": "Hi"}}')$$);
+SELECT try($$SELECT notif_enqueue(1, 'fcm_msg', 'b', '{"token": "t1", "topic": "news"}')$$);
+SELECT try($$SELECT notif_enqueue(1, 'fcm_msg', 'c', '{"token": "t1", "data": {"n": 5}}')$$);
+SELECT try($$SELECT notif_enqueue(1, 'fcm_msg', 'd', '{"token": "t1", "data": ["x"]}')$$);
+SELECT try($$SELECT notif_enqueue(1, 'fcm_msg', 'e', '{"token": "", "data": {}}')$$);
+SELECT try($$SELECT notif_enqueue(1, 'fcm_msg', 'f', '{"token": "t1", "notfication": {}}')$$);
+SELECT try($$SELECT notif_enqueue(1, 'fcm_msg', 'g', '{"topic": "news", "android": "high"}')$$);
+SELECT notif_enqueue(1, 'fcm_msg', 'ok', '{"token": "t1", "data": {"n": "5"}, "notification": {"title": "Hi"}}') > 0 AS enqueued;
+-- the error names the type and its provider's format
+SELECT notif_enqueue(1, 'fcm_msg', 'h', '{"condition": "''a'' in topics", "data": {"flag": true}}');
+
+-- apns: a hex device token, headers as HTTP headers, a body of at most 4096 bytes
+SELECT try($$SELECT notif_enqueue(1, 'apns_msg', 'a', '{"aps": {"alert": "Hi"}}')$$);
+SELECT try($$SELECT notif_enqueue(1, 'apns_msg', 'b', '{"device_token": "zz12", "aps": {}}')$$);
+SELECT try($$SELECT notif_enqueue(1, 'apns_msg', 'c', '{"device_token": 12, "aps": {}}')$$);
+SELECT try($$SELECT notif_enqueue(1, 'apns_msg', 'd', '{"device_token": "ab12", "headers": {"apns topic": "x"}}')$$);
+SELECT try($$SELECT notif_enqueue(1, 'apns_msg', 'e', '{"device_token": "ab12", "headers": {"apns-topic": "x\r\ny: 1"}}')$$);
+SELECT try($$SELECT notif_enqueue(1, 'apns_msg', 'f', '{"device_token": "ab12", "headers": {"apns-priority": 10}}')$$);
+SELECT try($$SELECT notif_enqueue(1, 'apns_msg', 'g', '{"device_token": "ab12", "headers": {"Authorization": "bearer x"}}')$$);
+SELECT try(format($$SELECT notif_enqueue(1, 'apns_msg', 'h', %L)$$,
+                  jsonb_build_object('device_token', 'ab12', 'aps', jsonb_build_object('alert', repeat('x', 4090)))));
+SELECT notif_enqueue(1, 'apns_msg', 'ok', jsonb_build_object(
+           'device_token', 'ab12', 'headers', '{"apns-push-type": "alert", "apns-topic": "com.example.app"}'::jsonb,
+           'aps', jsonb_build_object('alert', repeat('x', 3000)))) > 0 AS enqueued;
+-- nothing refused was written
+SELECT kind, order_id FROM notif_job WHERE kind IN ('fcm_msg', 'apns_msg') ORDER BY kind, order_id;
+
+-- a format change reaches the sessions' type cache at once
+UPDATE notif_provider SET format = 'json' WHERE name = 'apns';
+SELECT notif_enqueue(1, 'apns_msg', 'json', '{"text": "no push rules now"}') > 0 AS enqueued;
+UPDATE notif_provider SET format = 'apns' WHERE name = 'apns';
+SELECT try($$SELECT notif_enqueue(1, 'apns_msg', 'again', '{"text": "x"}')$$);
+
+-- notif_unregistered: empty until a platform reports a dead token; prunable
+SELECT * FROM notif_unregistered;
+DELETE FROM notif_unregistered WHERE reported_at < now() - interval '30 days';
+
+-- the enqueue-only role can read neither the credentials nor the dead tokens
+CREATE ROLE notif_push_app;
+GRANT USAGE ON SCHEMA public TO notif_push_app;
+GRANT EXECUTE ON FUNCTION notif_enqueue(bigint, text, text, jsonb, timestamptz) TO notif_push_app;
+SET ROLE notif_push_app;
+SELECT notif_enqueue(2, 'fcm_msg', 'app', '{"topic": "news"}') > 0 AS enqueued;
+SELECT try($$SELECT credentials FROM notif_provider$$);
+SELECT try($$SELECT auth, max_connections FROM notif_provider$$);
+SELECT try($$SELECT * FROM notif_unregistered$$);
+SELECT try($$SELECT * FROM notif_unregistered_token$$);
+RESET ROLE;
+REVOKE ALL ON FUNCTION notif_enqueue(bigint, text, text, jsonb, timestamptz) FROM notif_push_app;
+REVOKE USAGE ON SCHEMA public FROM notif_push_app;
+DROP ROLE notif_push_app;
+
+DELETE FROM notif_job WHERE kind IN ('fcm_msg', 'apns_msg');
+DELETE FROM notif_type WHERE code IN ('fcm_msg', 'apns_msg');
+DELETE FROM notif_provider WHERE name IN ('fcm', 'apns');
