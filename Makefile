@@ -4,6 +4,7 @@
 #   make install         install it into the server found by pg_config
 #   make installcheck    pg_regress (sql/) and TAP tests (test/t/) against it
 #   make test            all of the above on a fresh machine (test/run)
+#   make test-ha         Patroni end to end, slow (test/run --ha; test/ha/*.pl)
 #   make demo            a throwaway cluster delivering the example types (test/demo)
 #   make bench           every benchmark under test/bench; writes doc/benchmarks.md and
 #                        doc/benchmarks-peers.md (test/bench/run)
@@ -12,7 +13,9 @@
 #   make dist            the PGXN archive notif_deliver-<version>.zip of a tag (release/dist)
 #   make metacheck       META.json against the PGXN meta spec and the control files (release/meta_check)
 
-EXTENSION = notif_deliver
+# notif_deliver_router: SQL only, on a router database in front of the shards
+# (PL/Proxy): doc/shards.md
+EXTENSION = notif_deliver notif_deliver_router
 MODULE_big = notif_deliver
 OBJS = \
 	src/notif_deliver.o \
@@ -39,11 +42,12 @@ OBJS = \
 	src/token.o \
 	src/http.o \
 	src/throttle.o \
-	src/workers.o
+	src/workers.o \
+	src/ha.o
 
-DATA = $(wildcard notif_deliver--*.sql)
+DATA = $(wildcard notif_deliver--*.sql) $(wildcard notif_deliver_router--*.sql)
 
-REGRESS = setup lifecycle schema enqueue enqueue_paths privileges push replay stats operations upgrade
+REGRESS = setup lifecycle schema enqueue enqueue_paths privileges push replay stats operations shards upgrade
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 
@@ -72,9 +76,12 @@ ifneq ($(TAP_TESTS),)
 installcheck: $(SIM)
 endif
 
-.PHONY: test demo bench deb deb-check dist metacheck
+.PHONY: test test-ha demo bench deb deb-check dist metacheck
 test:
 	bash test/run
+
+test-ha:
+	bash test/run --ha
 
 demo:
 	bash test/demo

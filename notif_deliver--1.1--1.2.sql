@@ -374,6 +374,266 @@ SELECT pg_catalog.pg_extension_config_dump('notif_unregistered_token', '');
  * Shards
  * --------------------------------------------------------------------- */
 
+/*
+ * A shard is one notif_deliver database among several that share users by
+ * user_id (the router extension notif_deliver_router, over PL/Proxy, sends
+ * each call to the shard of hashint8(user_id) & (shards - 1); docs:
+ * doc/shards.md).  notif_shard holds which one this database is: one row,
+ * written by notif_shard_setup.  Without it the database is no shard, and
+ * the functions below refuse to run.
+ */
+CREATE TABLE notif_shard (
+    singleton boolean PRIMARY KEY DEFAULT true
+        CONSTRAINT notif_shard_singleton_check CHECK (singleton),
+    shard int NOT NULL,
+    shards int NOT NULL
+        -- PL/Proxy's hash routing takes hash & (shards - 1)
+        CONSTRAINT notif_shard_shards_check CHECK (shards >= 1 AND shards & (shards - 1) = 0),
+    set_up_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT notif_shard_shard_check CHECK (shard >= 0 AND shard < shards)
+);
+
+COMMENT ON TABLE notif_shard IS 'which shard of how many this database is (one row, set by notif_shard_setup)';
+
+SELECT pg_catalog.pg_extension_config_dump('notif_shard', '');
+
+/*
+ * notif_shard_info(): this database's shard number and the shard count;
+ * an error (55000) if it is not set up as a shard.
+ */
+CREATE FUNCTION notif_shard_info(OUT shard int, OUT shards int)
+RETURNS record
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    SELECT s.shard, s.shards INTO shard, shards FROM @extschema@.notif_shard s;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'notif_deliver: this database is not set up as a shard'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Run SELECT notif_shard_setup(shard, shards) on each shard, e.g. notif_shard_setup(2, 4) on the third of four.';
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION notif_shard_info() IS 'this shard''s number and the number of shards';
+
+/*
+ * notif_shard_setup(shard, shards): make this database shard number
+ * "shard" (0 .. shards - 1) of "shards" (a power of two).  A job id then
+ * names its shard: the identity sequence of notif_job steps by "shards"
+ * from a value that is "shard" modulo "shards", so every id of this shard
+ * is congruent to its number and ids never collide across shards; the
+ * router sends notif_cancel(id) and notif_retry(id) to shard id % shards.
+ * Refused when the table holds jobs that contradict it (ids or users of
+ * another shard).  Idempotent: run it again after a restore from pg_dump
+ * (it sets the sequence's step and start again).
+ */
+CREATE FUNCTION notif_shard_setup(shard int, shards int)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    seq text := pg_get_serial_sequence('@extschema@.notif_job', 'id');
+    misplaced bigint;
+    next_free bigint;
+    restart bigint;
+BEGIN
+    IF shard IS NULL OR shards IS NULL THEN
+        RAISE EXCEPTION 'notif_shard_setup: shard and shards must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF shards < 1 OR shards & (shards - 1) <> 0 THEN
+        RAISE EXCEPTION 'notif_shard_setup: shards must be a power of two, not %', shards
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'PL/Proxy routes a call to partition hash & (shards - 1).';
+    END IF;
+    IF shard < 0 OR shard >= shards THEN
+        RAISE EXCEPTION 'notif_shard_setup: shard must be between 0 and % (shards - 1), not %', shards - 1, shard
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    -- the lock ALTER TABLE takes, taken first: no enqueue runs while the
+    -- sequence changes, and no lock upgrade can deadlock with a sender
+    LOCK TABLE @extschema@.notif_job IN ACCESS EXCLUSIVE MODE;
+
+    SELECT count(*) INTO misplaced FROM @extschema@.notif_job j
+     WHERE j.id % shards <> shard OR (hashint8(j.user_id) & (shards - 1)) <> shard;
+    IF misplaced > 0 THEN
+        RAISE EXCEPTION 'notif_shard_setup: % job(s) in notif_job do not belong to shard % of %', misplaced, shard, shards
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'A job belongs to shard k when id % shards = k and hashint8(user_id) & (shards - 1) = k.',
+                  HINT = 'Set up each shard before it takes jobs; moving jobs between shards is not supported.';
+    END IF;
+
+    -- the first free id at or above both the sequence's next value and the largest id
+    EXECUTE format('SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM %s', seq)
+        INTO next_free;
+    SELECT greatest(next_free, coalesce(max(j.id) + 1, 1)) INTO next_free FROM @extschema@.notif_job j;
+    restart := next_free + ((shard - next_free % shards) % shards + shards) % shards;
+    EXECUTE format('ALTER TABLE @extschema@.notif_job ALTER COLUMN id SET INCREMENT BY %s RESTART WITH %s',
+                   shards, restart);
+
+    INSERT INTO @extschema@.notif_shard (shard, shards) VALUES (shard, shards)
+        ON CONFLICT (singleton) DO UPDATE SET shard = excluded.shard, shards = excluded.shards,
+                                              set_up_at = now();
+END;
+$$;
+
+COMMENT ON FUNCTION notif_shard_setup(int, int) IS 'make this database shard "shard" of "shards": its job ids become congruent to its number';
+
+REVOKE ALL ON FUNCTION notif_shard_setup(int, int) FROM PUBLIC;
+
+/*
+ * notif_shard_enqueue(...): notif_enqueue as the router calls it: refused
+ * (22023, nothing written) when user_id does not belong to this shard, so
+ * that a router with a wrong partition list cannot split a key's jobs over
+ * two shards (each would deduplicate on its own).  notif_enqueue's text
+ * signature and result (the router sends a bigint order_id as its text,
+ * as notif_enqueue itself stores it).
+ */
+CREATE FUNCTION notif_shard_enqueue(user_id bigint, kind text, order_id text,
+                                    payload jsonb DEFAULT '{}',
+                                    not_before timestamptz DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s record;
+BEGIN
+    -- notif_shard_check_user, inlined (this is every routed enqueue's path)
+    SELECT n.shard, n.shards INTO s FROM @extschema@.notif_shard n;
+    IF NOT FOUND OR (hashint8(user_id) & (s.shards - 1)) <> s.shard THEN
+        PERFORM @extschema@.notif_shard_check_user(user_id);    -- raises the error
+    END IF;
+    RETURN @extschema@.notif_enqueue(user_id, kind, order_id, payload, not_before);
+END;
+$$;
+
+COMMENT ON FUNCTION notif_shard_enqueue(bigint, text, text, jsonb, timestamptz) IS 'notif_enqueue for the router: refuses a user of another shard';
+
+REVOKE ALL ON FUNCTION notif_shard_enqueue(bigint, text, text, jsonb, timestamptz) FROM PUBLIC;
+
+/*
+ * notif_shard_check_user(user_id): an error (22023) unless the user belongs
+ * to this shard.  For business functions on a shard too (see place_order in
+ * doc/shards.md).  A NULL user_id passes (notif_enqueue refuses it).
+ */
+CREATE FUNCTION notif_shard_check_user(user_id bigint)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s record;
+BEGIN
+    SELECT * INTO s FROM @extschema@.notif_shard_info();
+    IF (hashint8(user_id) & (s.shards - 1)) <> s.shard THEN
+        RAISE EXCEPTION 'notif_deliver: user % belongs to shard %, not to this shard (% of %)',
+                        user_id, hashint8(user_id) & (s.shards - 1), s.shard, s.shards
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The router''s partition list (its foreign server''s options p0, p1, ...) must list the shards in the order of their numbers.';
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION notif_shard_check_user(bigint) IS 'an error unless the user belongs to this shard (hashint8(user_id) & (shards - 1))';
+
+/*
+ * notif_shard_counts(): jobs by type and status on this shard, each row
+ * with the shard's number (the router's cluster-wide notif_counts).
+ */
+CREATE FUNCTION notif_shard_counts(OUT shard int, OUT kind text, OUT status text, OUT jobs bigint)
+RETURNS SETOF record
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT i.shard, j.kind, j.status, count(*)
+      FROM @extschema@.notif_shard_info() i, @extschema@.notif_job j
+     GROUP BY i.shard, j.kind, j.status
+     ORDER BY j.kind, j.status;
+$$;
+
+COMMENT ON FUNCTION notif_shard_counts() IS 'jobs by type and status on this shard, with its number';
+
+REVOKE ALL ON FUNCTION notif_shard_counts() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION notif_shard_counts() TO pg_monitor;
+
+/*
+ * notif_shard_set_provider_limits(provider, rate_limit, max_inflight):
+ * this shard's share of a provider account's cluster-wide limits, which
+ * each shard enforces on its own: rate_limit / shards (rounded down to a
+ * millionth; NULL: no limit), and max_inflight split so that the shares
+ * add up to it exactly (the first max_inflight % shards shards take one
+ * more).  Returns the shard's number and the values it set.
+ */
+CREATE FUNCTION notif_shard_set_provider_limits(provider text, rate_limit numeric, max_inflight int,
+                                                OUT shard int, OUT shard_rate_limit numeric,
+                                                OUT shard_max_inflight int)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n int;
+BEGIN
+    IF provider IS NULL OR max_inflight IS NULL THEN
+        RAISE EXCEPTION 'notif_set_provider_limits: provider and max_inflight must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT i.shard, i.shards INTO shard, n FROM @extschema@.notif_shard_info() i;
+    IF max_inflight < n THEN
+        RAISE EXCEPTION 'notif_set_provider_limits: max_inflight (%) must be at least the number of shards (%)', max_inflight, n
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Each shard needs at least one call in flight.';
+    END IF;
+    IF rate_limit <= 0 OR trunc(rate_limit / n, 6) <= 0 THEN
+        RAISE EXCEPTION 'notif_set_provider_limits: rate_limit (%) must be positive, and at least 0.000001 per shard', rate_limit
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    shard_rate_limit := trunc(rate_limit / n, 6);
+    shard_max_inflight := max_inflight / n + (shard < max_inflight % n)::int;
+    UPDATE @extschema@.notif_provider p
+       SET rate_limit = shard_rate_limit, max_inflight = shard_max_inflight
+     WHERE p.name = provider;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'notif_set_provider_limits: provider "%" does not exist on shard %', provider, shard
+            USING ERRCODE = 'no_data_found';
+    END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION notif_shard_set_provider_limits(text, numeric, int) IS 'set this shard''s share of a provider''s cluster-wide rate_limit and max_inflight';
+
+REVOKE ALL ON FUNCTION notif_shard_set_provider_limits(text, numeric, int) FROM PUBLIC;
+
+/*
+ * notif_shard_provider_limits(): each provider's limits on this shard and
+ * its calls in flight now (over all lanes, from notif_provider_slots), with
+ * the shard's number (no url, no headers: those may hold secrets).
+ */
+CREATE FUNCTION notif_shard_provider_limits(OUT shard int, OUT provider text,
+                                            OUT rate_limit numeric, OUT max_inflight int,
+                                            OUT in_flight int)
+RETURNS SETOF record
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT i.shard, p.name, p.rate_limit, p.max_inflight,
+           coalesce((SELECT sum(l.in_flight)::int FROM @extschema@.notif_provider_slots() l
+                      WHERE l.provider = p.name), 0)
+      FROM @extschema@.notif_shard_info() i, @extschema@.notif_provider p
+     ORDER BY p.name;
+$$;
+
+COMMENT ON FUNCTION notif_shard_provider_limits() IS 'each provider''s rate_limit, max_inflight and calls in flight on this shard, with its number';
+
+REVOKE ALL ON FUNCTION notif_shard_provider_limits() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION notif_shard_provider_limits() TO pg_monitor;
+
 
 /* ---------------------------------------------------------------------
  * Last: the 1.2 library waits for this update; wake it when it commits.

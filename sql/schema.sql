@@ -5,7 +5,7 @@ SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod) AS t
   FROM pg_attribute a
   JOIN pg_class c ON c.oid = a.attrelid
   LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
- WHERE c.relname IN ('notif_provider', 'notif_type', 'notif_job', 'notif_attempt', 'notif_dlr')
+ WHERE c.relname IN ('notif_provider', 'notif_type', 'notif_job', 'notif_attempt', 'notif_dlr', 'notif_shard')
    AND a.attnum > 0 AND NOT a.attisdropped
  ORDER BY c.relname, a.attnum;
 
@@ -16,7 +16,8 @@ SELECT a.attname, a.attidentity FROM pg_attribute a
 SELECT conrelid::regclass AS tab, conname, pg_get_constraintdef(oid) AS def
   FROM pg_constraint
  WHERE conrelid IN ('notif_provider'::regclass, 'notif_type'::regclass,
-                    'notif_job'::regclass, 'notif_attempt'::regclass, 'notif_dlr'::regclass)
+                    'notif_job'::regclass, 'notif_attempt'::regclass, 'notif_dlr'::regclass,
+                    'notif_shard'::regclass)
  ORDER BY 1::text, 2;
 
 -- indexes: what a sender claims from is partial, the backlog only

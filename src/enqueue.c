@@ -19,6 +19,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
@@ -200,6 +201,9 @@ enqueue_internal(FunctionCallInfo fcinfo, text *order_id_text)
 				 errhint("The limit is set by notif_deliver.max_payload_size.")));
 
 	next_at = PG_ARGISNULL(4) ? now : PG_GETARG_TIMESTAMPTZ(4);
+
+	/* on a standby, or in a read-only transaction: PostgreSQL's own error */
+	PreventCommandIfReadOnly("notif_enqueue()");
 
 	nspid = extension_namespace(fcinfo);
 

@@ -15,7 +15,7 @@
  * Until the extension exists in notif_deliver.database it waits quietly;
  * while it exists at an older version than this library's, it warns once
  * and starts no sender until ALTER EXTENSION ... UPDATE commits.
- * Nothing runs on a standby: it starts when recovery has finished.
+ * On a standby it only waits for the promotion (ha.c), and says so once.
  *
  *-------------------------------------------------------------------------
  */
@@ -37,6 +37,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "ha.h"
 #include "job_sql.h"
 #include "notif_deliver.h"
 
@@ -64,7 +65,8 @@ notif_register_launcher(void)
 	BackgroundWorker worker = {0};
 
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	/* on a standby too: it says that it waits for the promotion */
+	worker.bgw_start_time = BgWorkerStart_ConsistentState;
 	worker.bgw_restart_time = 1;
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "notif_deliver");
 	snprintf(worker.bgw_function_name, BGW_MAXLEN, "notif_launcher_main");
@@ -266,10 +268,12 @@ launcher_round(MemoryContext round_cxt, bool purge)
 		state = WORKER_IDLE;
 		/*
 		 * Incarnations start from the clock at each server start; should the
-		 * clock have gone back, start above every holder recorded in jobs.
-		 * Senders start after this (below).
+		 * clock have gone back, start above every holder recorded in jobs;
+		 * and above every earlier timeline's (ha.c), also those whose claims
+		 * a promoted standby never received.  Senders start after this.
 		 */
 		notif_raise_incarnation(notif_sql_max_holder());
+		notif_raise_incarnation(notif_incarnation_floor());
 		n_lanes = notif_sql_lanes(round_cxt, &lanes);
 		if (purge)
 		{
@@ -330,6 +334,13 @@ notif_launcher_main(Datum arg)
 	notif_shared->launcher_latch = MyLatch;
 	LWLockRelease(notif_shared->lanes_lock);
 	before_shmem_exit(launcher_detach, (Datum) 0);
+
+	/* its only writes are purges: they never wait for a standby */
+	if (synchronous_commit > SYNCHRONOUS_COMMIT_LOCAL_FLUSH)
+		SetConfigOption("synchronous_commit", "local", PGC_SUSET, PGC_S_OVERRIDE);
+
+	if (!notif_wait_for_promotion())
+		proc_exit(1);
 
 	workers = MemoryContextAllocZero(TopMemoryContext, sizeof(LaneWorker) * notif_max_lanes);
 	round_cxt = AllocSetContextCreate(TopMemoryContext, "notif_deliver launcher round",

@@ -67,7 +67,9 @@ typedef enum NotifWorkerState
 	WORKER_BACKING_OFF,			/* after an error, retrying soon */
 	WORKER_DISABLED,			/* launcher: notif_deliver.enabled is off */
 	WORKER_NOT_INSTALLED,		/* launcher: no extension in the database */
-	WORKER_NEEDS_UPDATE			/* launcher: ALTER EXTENSION ... UPDATE */
+	WORKER_NEEDS_UPDATE,		/* launcher: ALTER EXTENSION ... UPDATE */
+	WORKER_WAITING_SYNC_REP,	/* sender: a commit waits for the standby */
+	WORKER_STANDBY				/* launcher: waits for the promotion */
 } NotifWorkerState;
 typedef struct NotifLaneSlot
 {

@@ -33,6 +33,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "ha.h"
 #include "sender.h"
 #include "throttle.h"
 
@@ -164,7 +165,8 @@ notif_sender_main(Datum arg)
 	WaitEventSet *wes;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	pqsignal(SIGTERM, notif_sender_sigterm);	/* also ends a wait for the standby */
+	pqsignal(SIGINT, notif_sender_sigint);
 	BackgroundWorkerUnblockSignals();
 
 	notif_shmem_attach();
@@ -188,7 +190,8 @@ notif_sender_main(Datum arg)
 	AddWaitEventToSet(wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	AddWaitEventToSet(wes, WL_SOCKET_READABLE, notif_http_epoll_fd(), NULL, NULL);
 
-	ereport(LOG, (errmsg("notif_deliver sender of lane \"%s\" started", sender.lane)));
+	ereport(LOG, (errmsg("notif_deliver sender of lane \"%s\" started (incarnation " INT64_FORMAT ")",
+						 sender.lane, sender.incarnation)));
 
 	for (;;)
 	{

@@ -26,6 +26,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "ha.h"
 #include "job_sql.h"
 #include "push.h"
 #include "sender.h"
@@ -425,17 +426,20 @@ sender_drop_calls(void)
 }
 
 /*
- * An at_most_once claim must be durable before its call starts: were its
- * commit lost in a crash, the job would be claimed and sent again.  Under
- * synchronous_commit = off, make this round's commit wait for its WAL
- * flush (a transaction-local setting; stronger settings are kept).
+ * An at_most_once claim must be durable before its call starts, on this
+ * server and on the synchronous standby that a failover would promote:
+ * were its commit lost, the job would be claimed and sent again.  Under a
+ * weaker synchronous_commit (off, local, remote_write), this round commits
+ * with "on" (a transaction-local setting; remote_apply is kept).  A round
+ * without at_most_once claims keeps the user's setting.  Should the wait
+ * for the standby be cut short, the calls stay back (hold_back_claimed).
  */
 static void
 make_claims_durable(void)
 {
 	dlist_iter	iter;
 
-	if (synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
+	if (synchronous_commit >= SYNCHRONOUS_COMMIT_REMOTE_FLUSH)
 		return;
 	dlist_foreach(iter, &sender.claimed)
 	{
@@ -443,12 +447,41 @@ make_claims_durable(void)
 
 		if (call->job.delivery == AT_MOST_ONCE)
 		{
-			(void) set_config_option("synchronous_commit", "local",
+			(void) set_config_option("synchronous_commit", "on",
 									 PGC_SUSET, PGC_S_SESSION,
 									 GUC_ACTION_LOCAL, true, 0, false);
 			return;
 		}
 	}
+}
+
+/*
+ * The round's commit may lack the synchronous standby's confirmation (ha.c):
+ * its claims are not to be acted on.  Their calls never start; they are
+ * recorded as not having reached the provider (job_state.c: tried again
+ * while tries remain).
+ */
+static void
+hold_back_claimed(void)
+{
+	dlist_mutable_iter iter;
+	int			n = 0;
+
+	dlist_foreach_modify(iter, &sender.claimed)
+	{
+		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
+
+		dlist_delete(&call->node);
+		call->error = MemoryContextStrdup(call->cxt,
+										  "not sent: the synchronous standby did not confirm the claim");
+		never_started(call, OUTCOME_UNREACHED);
+		n++;
+	}
+	if (n > 0)
+		ereport(LOG,
+				(errmsg("notif_deliver sender of lane \"%s\": %d claimed job(s) not sent: the synchronous standby did not confirm the claim",
+						sender.lane, n),
+				 errdetail("The wait for synchronous replication was cancelled.")));
 }
 
 /* Results to record, jobs to recover, or a configuration to read? */
@@ -469,6 +502,7 @@ sender_round(bool want_claim)
 	NotifResult *results;
 	int			n_results = 0;
 	bool		installed;
+	bool		confirmed;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -493,7 +527,8 @@ sender_round(bool want_claim)
 
 	SPI_finish();
 	PopActiveSnapshot();
-	CommitTransactionCommand();
+	confirmed = notif_commit_round(sender.slot,
+								   ShutdownRequestPending && dlist_is_empty(&sender.claimed));
 	pgstat_report_stat(false);
 	sender.activity_stale = true;
 
@@ -510,6 +545,8 @@ sender_round(bool want_claim)
 	while (!dlist_is_empty(&sender.finished))
 		free_call(dlist_container(NotifCall, node, dlist_pop_head_node(&sender.finished)));
 
+	if (!confirmed)
+		hold_back_claimed();
 	start_claimed();
 	sender_drive_calls(false);
 	sender.n_errors = 0;

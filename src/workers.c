@@ -44,6 +44,10 @@ state_name(NotifWorkerState state)
 			return "waiting for CREATE EXTENSION";
 		case WORKER_NEEDS_UPDATE:
 			return "waiting for ALTER EXTENSION notif_deliver UPDATE";
+		case WORKER_WAITING_SYNC_REP:
+			return "waiting for synchronous replication";
+		case WORKER_STANDBY:
+			return "waiting for promotion (standby)";
 	}
 	return "unknown";
 }

@@ -12,7 +12,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-our @EXPORT = qw(new_node start_sim sim_get ledger ledger_key stats wait_until
+our @EXPORT = qw(new_node configure_node start_sim sim_get ledger ledger_key stats wait_until
   job_row set_provider last_request doc_sql wait_config_read);
 
 # simulators started by this test, stopped when it ends
@@ -25,6 +25,17 @@ sub new_node
 	my ($name, %conf) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name);
 	$node->init;
+	configure_node($node, %conf);
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION notif_deliver');
+	return $node;
+}
+
+# The settings of a test node (notif_deliver preloaded for "postgres"),
+# and the given ones, appended to its postgresql.conf.
+sub configure_node
+{
+	my ($node, %conf) = @_;
 	my %settings = (
 		shared_preload_libraries => "'notif_deliver'",
 		'notif_deliver.database' => "'postgres'",
@@ -34,9 +45,6 @@ sub new_node
 		%conf);
 	$node->append_conf('postgresql.conf',
 		join("\n", map { "$_ = $settings{$_}" } sort keys %settings) . "\n");
-	$node->start;
-	$node->safe_psql('postgres', 'CREATE EXTENSION notif_deliver');
-	return $node;
 }
 
 # The simulator, started on a free port; returns { port, pid, url }.

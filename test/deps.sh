@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # test/deps.sh: install the packages that building and testing notif_deliver
-# need, on Debian 12, if any is missing.  Root uses apt directly; anyone else
-# gets told what to install.  With --bench, also what `make bench` needs
-# (gnuplot-nox for the charts; PgQ and its ticker daemon pgqd for
-# test/bench/peers.sh, whose npm peers that script installs itself).  apt
-# waits up to 5 minutes for another apt to release its lock.
+# need, on Debian 12, if any is missing (postgresql-15-plproxy is for the
+# router extension notif_deliver_router and test/t/021_shards.pl).  Root
+# uses apt directly; anyone else gets told what to install.  With --bench,
+# also what `make bench` needs (gnuplot-nox for the charts; PgQ and its
+# ticker daemon pgqd for test/bench/peers.sh, whose npm peers that script
+# installs itself); with --ha, what `make test-ha` needs (patroni and
+# etcd-server: their daemons are not started, as below).  apt waits up to 5
+# minutes for another apt to release its lock.
 #
 # kannel and kannel-extras (the open-source SMS gateway and its fake SMSC)
 # are for the end-to-end test test/t/008_kannel.pl only: root installs them
@@ -19,8 +22,9 @@ set -euo pipefail
 # for the push test test/t/020_push.pl
 packages=(make gcc libc6-dev postgresql-15 postgresql-server-dev-15 postgresql-client-15
 	libcurl4-openssl-dev libssl-dev libipc-run-perl openssl bc procps curl
-	nghttp2-proxy libcryptx-perl)
+	nghttp2-proxy libcryptx-perl postgresql-15-plproxy)
 [ "${1:-}" = --bench ] && packages+=(gnuplot-nox postgresql-15-pgq3 pgqd)
+[ "${1:-}" = --ha ] && packages+=(patroni etcd-server)
 optional=(kannel kannel-extras)
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }

@@ -10,8 +10,9 @@
 #   cpu_ticks PID...        CPU time (user + system) of processes, in clock ticks
 #   cpu_ns PID...           CPU time of processes in nanoseconds (/proc/PID/schedstat)
 #   pm_children             pid and title of every process of the cluster
-#   cluster_cpu_ticks       CPU time the whole cluster has used so far, in clock ticks:
-#                           the postmaster, its live processes and those that exited
+#   cluster_cpu_ticks [DIR] CPU time the whole cluster (default the current one) has
+#                           used so far, in clock ticks: the postmaster, its live
+#                           processes and those that exited
 #   sender_pids             pids of the cluster's senders
 #   nd_pids                 pids of the cluster's notif_deliver processes (launcher, senders)
 #   wait_sql SQL [TIMEOUT]  poll until SQL returns t (errors, e.g. during a restart, are retried)
@@ -110,8 +111,8 @@ cpu_ns() {
 	done | awk '{ t += $1 } END { printf "%d\n", t }'
 }
 
-pm_pid() {
-	head -1 "$CLUSTER_DIR/data/postmaster.pid" 2>/dev/null
+pm_pid() {	# [DIR]: of the cluster in DIR, default the current one
+	head -1 "${1:-$CLUSTER_DIR}/data/postmaster.pid" 2>/dev/null
 }
 
 pm_children() {
@@ -121,9 +122,9 @@ pm_children() {
 	ps -o pid=,args= --ppid "$pm" 2>/dev/null || true
 }
 
-cluster_cpu_ticks() {
+cluster_cpu_ticks() {	# [DIR]
 	local pm p
-	pm=$(pm_pid)
+	pm=$(pm_pid "${1:-}")
 	{
 		# utime stime cutime cstime: the exited (reaped) processes count too
 		awk '{ print $14 + $15 + $16 + $17 }' "/proc/$pm/stat"

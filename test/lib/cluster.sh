@@ -1,6 +1,7 @@
 # test/lib/cluster.sh: start and stop a throwaway PostgreSQL cluster for the
 # demo and the benchmarks.  Source it, then:
 #   cluster_start DIR PORT [extra postgresql.conf lines...]
+#   cluster_create DIR PORT [lines...]   another cluster, not the current one
 #   cluster_psql ...          psql against it as the superuser "postgres"
 #   cluster_stop
 # As root the cluster runs as the unprivileged user "postgres" (PostgreSQL
@@ -16,21 +17,29 @@ cluster_start() {
 	CLUSTER_DIR=$1
 	CLUSTER_PORT=$2
 	shift 2
-	mkdir -p "$CLUSTER_DIR"
-	[ "$(id -u)" = 0 ] && chown postgres "$CLUSTER_DIR"
-	cluster_as "$PG_BINDIR/initdb" -D "$CLUSTER_DIR/data" -U postgres -A trust --no-sync >"$CLUSTER_DIR/initdb.log" 2>&1 ||
-		{ cat "$CLUSTER_DIR/initdb.log"; return 1; }
+	cluster_create "$CLUSTER_DIR" "$CLUSTER_PORT" "shared_preload_libraries = 'notif_deliver'" "$@"
+	export PGHOST=$CLUSTER_DIR PGPORT=$CLUSTER_PORT PGUSER=postgres PGDATABASE=postgres
+}
+
+# cluster_create DIR PORT [lines...]: initdb and start a cluster in DIR
+# (socket in DIR, fsync off), without making it the current one; for
+# scripts that run several (test/bench/shards.sh)
+cluster_create() {
+	local dir=$1 port=$2
+	shift 2
+	mkdir -p "$dir"
+	[ "$(id -u)" = 0 ] && chown postgres "$dir"
+	cluster_as "$PG_BINDIR/initdb" -D "$dir/data" -U postgres -A trust --no-sync >"$dir/initdb.log" 2>&1 ||
+		{ cat "$dir/initdb.log"; return 1; }
 	{
-		echo "port = $CLUSTER_PORT"
+		echo "port = $port"
 		echo "listen_addresses = ''"
-		echo "unix_socket_directories = '$CLUSTER_DIR'"
-		echo "shared_preload_libraries = 'notif_deliver'"
+		echo "unix_socket_directories = '$dir'"
 		echo "fsync = off"
 		for line in "$@"; do echo "$line"; done
-	} >>"$CLUSTER_DIR/data/postgresql.conf"
-	cluster_as "$PG_BINDIR/pg_ctl" -D "$CLUSTER_DIR/data" -l "$CLUSTER_DIR/server.log" -w start >/dev/null ||
-		{ cat "$CLUSTER_DIR/server.log"; return 1; }
-	export PGHOST=$CLUSTER_DIR PGPORT=$CLUSTER_PORT PGUSER=postgres PGDATABASE=postgres
+	} >>"$dir/data/postgresql.conf"
+	cluster_as "$PG_BINDIR/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w start >/dev/null ||
+		{ cat "$dir/server.log"; return 1; }
 }
 
 cluster_psql() {
