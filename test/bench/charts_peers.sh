@@ -26,6 +26,7 @@ $term
 set output '$out/peers_throughput.png'
 set title 'Drain rate: the same jobs and provider simulator, one run (higher is better)'
 set ylabel 'jobs/s'
+set xtics rotate by -15
 set style fill solid 0.6 border -1
 set boxwidth 0.35
 set key top right
