@@ -32,6 +32,7 @@ set boxwidth 0.35
 set key top right
 set grid ytics
 set yrange [0:*]
+set offsets 0, 0, graph 0.08, 0
 set xrange [0.4:*]
 plot '$data/peers_tput_chart.dat' using (\$1-0.18):3:xtic(2) with boxes lc rgb '#1b9e77' title 'provider at 0 ms', \
      '' using (\$1+0.18):4 with boxes lc rgb '#7570b3' title 'provider at 50 ms', \
