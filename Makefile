@@ -28,6 +28,7 @@ OBJS = \
 	src/launcher.o \
 	src/sender.o \
 	src/sender_round.o \
+	src/sender_batch.o \
 	src/sender_report.o \
 	src/job_state.o \
 	src/job_state_sql.o \

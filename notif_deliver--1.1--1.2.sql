@@ -636,6 +636,40 @@ GRANT EXECUTE ON FUNCTION notif_shard_provider_limits() TO pg_monitor;
 
 
 /* ---------------------------------------------------------------------
+ * Performance
+ * --------------------------------------------------------------------- */
+
+/*
+ * A leaner attempt log.  Most jobs are sent by their first call: such a
+ * call is fully described by its job row (outcome 'accepted', http_status,
+ * and now when it started and ended), so the sender no longer writes a
+ * notif_attempt row for it: one heap tuple and one index entry less per
+ * job.  notif_attempt keeps every other call (retried jobs, rejections,
+ * ambiguous results); notif_calls shows every call, as notif_attempt did
+ * before.  notif_stats already read such jobs from their rows alone.  Jobs
+ * recorded before this update keep their rows and have no times here.
+ */
+ALTER TABLE notif_job
+    ADD COLUMN last_started_at timestamptz,
+    ADD COLUMN last_ended_at timestamptz;
+
+COMMENT ON COLUMN notif_job.last_started_at IS 'when the job''s last call started (NULL: no call recorded since 1.2)';
+COMMENT ON COLUMN notif_job.last_ended_at IS 'when the job''s last call ended';
+
+CREATE VIEW notif_calls AS
+SELECT a.job_id, a.try, a.started_at, a.ended_at, a.outcome, a.http_status, a.error
+  FROM notif_attempt a
+UNION ALL
+-- a first call that was accepted: its job row, not notif_attempt, holds it
+SELECT j.id, 1, j.last_started_at, j.last_ended_at, j.outcome, j.http_status, NULL::text
+  FROM notif_job j
+ WHERE j.earlier_tries + j.tries = 1 AND j.outcome = 'accepted'
+   AND j.last_started_at IS NOT NULL AND j.claimed_by IS NULL;
+
+COMMENT ON VIEW notif_calls IS 'every provider call: the rows of notif_attempt, and the first calls that were accepted (held by their job row)';
+
+
+/* ---------------------------------------------------------------------
  * Last: the 1.2 library waits for this update; wake it when it commits.
  * --------------------------------------------------------------------- */
 SELECT notif_wake_launcher();

@@ -20,6 +20,7 @@ bool		notif_enabled = true;
 int			notif_max_inflight = 256;
 int			notif_batch_size = 100;
 int			notif_poll_interval_ms = 10000;
+int			notif_record_delay_ms = 2;
 int			notif_max_lanes = 16;
 int			notif_max_providers = 64;
 int			notif_purge_interval_ms = 60000;
@@ -73,6 +74,13 @@ notif_define_gucs(void)
 							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("notif_deliver.record_delay",
+							"Longest a sender waits for more calls to end before it records their results.",
+							"Only while other calls are in flight and the sender was not woken by an enqueue; 0 records at once.",
+							&notif_record_delay_ms,
+							2, 0, 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
 	DefineCustomIntVariable("notif_deliver.poll_interval",
 							"How often an idle sender looks for due jobs without being woken.",
 							"Enqueues wake senders at commit; this catches jobs inserted otherwise.",

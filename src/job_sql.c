@@ -112,7 +112,10 @@ static const RecordColumn record_columns[N_RECORD_COLUMNS] = {RECORD_COLUMNS(AS_
 /*
  * Record what calls did: the job's next state, guarded by what the claim
  * wrote (status, tries, holder), so a stale result never overwrites a newer
- * one; and one notif_attempt row per call (numbered across re-drives).
+ * one, with when its last call started and ended; and one notif_attempt row
+ * per call (numbered across re-drives), except for a job's first call when
+ * it was accepted and its job row was written: that row describes it whole
+ * (the view notif_calls shows it).
  * "r" is the results, one array per column of record_columns (the unnest
  * is written by record_sql()).
  * Each job is found by its primary key: "claimed_by + 0" keeps the planner
@@ -130,7 +133,9 @@ static const char *const sql_record =
 "           sent_at = CASE WHEN r.status = 'sent' THEN coalesce(r.sent_at, j.sent_at) END,"
 "           tries = j.tries + r.tries_delta,"
 "           claimed_by = NULL,"
-"           claimed_at = NULL"
+"           claimed_at = NULL,"
+"           last_started_at = CASE WHEN r.outcome IS NULL THEN j.last_started_at ELSE r.started_at END,"
+"           last_ended_at = CASE WHEN r.outcome IS NULL THEN j.last_ended_at ELSE r.ended_at END"
 "      FROM r"
 "     WHERE j.id = r.id AND j.status = r.expected AND j.tries = r.tries"
 "       AND j.claimed_by + 0 = r.claimed_by"
@@ -139,6 +144,8 @@ static const char *const sql_record =
 "    INSERT INTO %s.notif_attempt (job_id, try, started_at, ended_at, outcome, http_status, error)"
 "    SELECT r.id, r.attempt, r.started_at, r.ended_at, r.outcome, r.http_status, r.error"
 "      FROM r WHERE r.outcome IS NOT NULL"
+"       AND (r.attempt <> 1 OR r.outcome <> 'accepted'"
+"            OR NOT EXISTS (SELECT FROM upd WHERE upd.id = r.id))"
 "    ON CONFLICT (job_id, try) DO NOTHING)"
 " SELECT count(*)::int4 FROM upd";
 
@@ -297,13 +304,24 @@ notif_sql_prepare(void)
 	return true;
 }
 
+/* Run a plan, with a snapshot of its own (InvalidSnapshot) or the one given. */
 static void
-run(int plan, Datum *values, const char *nulls, bool read_only, int expect)
+run_with(int plan, Datum *values, const char *nulls, bool read_only, int expect,
+		 Snapshot snapshot)
 {
-	int			ret = SPI_execute_plan(plans[plan].plan, values, nulls, read_only, 0);
+	int			ret = (snapshot == InvalidSnapshot)
+		? SPI_execute_plan(plans[plan].plan, values, nulls, read_only, 0)
+		: SPI_execute_snapshot(plans[plan].plan, values, nulls, snapshot,
+							   InvalidSnapshot, read_only, true, 0);
 
 	if (ret != expect)
 		elog(ERROR, "notif_deliver: statement %d failed: %s", plan, SPI_result_code_string(ret));
+}
+
+static void
+run(int plan, Datum *values, const char *nulls, bool read_only, int expect)
+{
+	run_with(plan, values, nulls, read_only, expect, InvalidSnapshot);
 }
 
 static Datum
@@ -425,7 +443,7 @@ notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out)
 
 int
 notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, int64 incarnation,
-				MemoryContext cxt, NotifClaimedJob **out)
+				Snapshot snapshot, MemoryContext cxt, NotifClaimedJob **out)
 {
 	const NotifTransitionRow *claimed = notif_claim_row(delivery, false);
 	const NotifTransitionRow *late = notif_claim_row(delivery, true);
@@ -439,7 +457,7 @@ notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, int64 incar
 	uint64		i;
 
 	Assert(claimed->holds && !late->holds && late->tries == TRIES_KEPT);
-	run(PLAN_CLAIM, values, NULL, false, SPI_OK_UPDATE_RETURNING);
+	run_with(PLAN_CLAIM, values, NULL, false, SPI_OK_UPDATE_RETURNING, snapshot);
 	jobs = MemoryContextAllocZero(cxt, sizeof(NotifClaimedJob) * Max(SPI_processed, 1));
 	for (i = 0; i < SPI_processed; i++)
 	{

@@ -10,6 +10,7 @@
 #define NOTIF_JOB_SQL_H
 
 #include "delivery.h"
+#include "utils/snapshot.h"
 
 /* a job as a claim returns it */
 typedef struct NotifClaimedJob
@@ -54,7 +55,8 @@ extern char *notif_sql_wrong_version;
 extern bool notif_sql_prepare(void);
 extern int	notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out);
 extern int	notif_sql_claim(const char *kind, NotifDelivery delivery, int limit,
-							int64 incarnation, MemoryContext cxt, NotifClaimedJob **out);
+							int64 incarnation, Snapshot snapshot,
+							MemoryContext cxt, NotifClaimedJob **out);
 extern void notif_sql_record(NotifResult *results, int n, int *updated);
 extern int	notif_sql_orphans(const int64 *live, int n_live,
 							  MemoryContext cxt, NotifOrphanJob **out);

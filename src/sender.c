@@ -8,7 +8,8 @@
  *
  * The sender sleeps on one WaitEventSet: its latch (set by an enqueue's
  * commit, a configuration change, a signal), libcurl's sockets, and a
- * timeout (libcurl's timer, the next due job, notif_deliver.poll_interval).
+ * timeout (libcurl's timer, the next due job, notif_deliver.poll_interval,
+ * or the end of a round held back for more results: sender_batch.c).
  *
  * At start it recovers the jobs that a previous sender left in flight
  * (held by an incarnation that is no longer running): job_state.c's
@@ -115,7 +116,11 @@ wait_timeout_ms(TimestampTz now, bool room)
 	if (sender.backoff_until > now)
 		wake = sender.backoff_until;
 	else if (sender_has_work())
-		return 0;
+	{
+		if (sender.record_at <= now)
+			return 0;
+		wake = sender.record_at;	/* more results may come first */
+	}
 	else if (room)
 		wake = sender.claim_at;
 	if (sender.trim_pending && sender.idle_since != 0)
@@ -199,6 +204,7 @@ notif_sender_main(Datum arg)
 		int			n,
 					i;
 		bool		sockets_ready = false;
+		bool		woken = false;
 		TimestampTz now;
 		bool		room;
 		volatile bool want_claim;
@@ -214,6 +220,7 @@ notif_sender_main(Datum arg)
 			{
 				ResetLatch(MyLatch);
 				sender.claim_at = 0;	/* woken: an enqueue committed, or a change */
+				woken = true;
 			}
 			if (events[i].events & WL_SOCKET_READABLE)
 				sockets_ready = true;
@@ -228,6 +235,7 @@ notif_sender_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			sender.claim_at = 0;
+			woken = true;
 		}
 		if (pg_atomic_read_u64(&notif_shared->config_generation) != sender.config_generation)
 			sender.config_stale = true;
@@ -240,6 +248,10 @@ notif_sender_main(Datum arg)
 		room = notif_http_inflight() < notif_max_inflight;
 		want_claim = room && sender.claim_at <= now;
 		if (!want_claim && !sender_has_work())
+			continue;
+		/* results trickling in: wait a little for more (sender_batch.c) */
+		sender.record_at = sender_record_due(woken);
+		if (sender.record_at > now)
 			continue;
 
 		PG_TRY();

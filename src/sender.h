@@ -89,6 +89,7 @@ typedef struct NotifSender
 
 	/* when to claim next (0: as soon as there is room), and error backoff */
 	TimestampTz claim_at;
+	TimestampTz record_at;		/* a round held back for more results (sender_batch.c) */
 	TimestampTz backoff_until;
 	int			n_errors;
 	char	   *last_error;		/* logged once; TopMemoryContext */
@@ -109,6 +110,9 @@ extern void sender_round(bool want_claim);
 extern void sender_round_failed(void);
 extern void sender_drive_calls(bool sockets_ready);
 extern void sender_drop_calls(void);
+
+/* sender_batch.c */
+extern TimestampTz sender_record_due(bool woken);
 
 /* sender_report.c */
 extern void sender_report_state(TimestampTz now);

@@ -247,6 +247,18 @@ claim_jobs(void)
 	int			room = notif_max_inflight - notif_http_inflight();
 	bool		more = false;
 	int			i;
+	Snapshot	snapshot;
+
+	/*
+	 * The claims see the jobs committed before this snapshot, and the
+	 * configuration is checked after it: a change that committed before a
+	 * job was enqueued (the generation is bumped at its commit, before its
+	 * session goes on) is read before that job is claimed, so the job never
+	 * goes out with the configuration it was enqueued after.
+	 */
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	if (pg_atomic_read_u64(&notif_shared->config_generation) != sender.config_generation)
+		reload_config();
 
 	for (i = 0; i < sender.n_types; i++)
 	{
@@ -289,7 +301,7 @@ claim_jobs(void)
 		sender.grant_slot = type->provider.throttle;
 		sender.grant_left = granted;
 		n = notif_sql_claim(type->code, type->delivery, granted, sender.incarnation,
-							sender.round_cxt, &jobs);
+							snapshot, sender.round_cxt, &jobs);
 		for (j = 0; j < n; j++)
 		{
 			NotifCall  *call;
@@ -326,6 +338,7 @@ claim_jobs(void)
 			}
 		}
 	}
+	UnregisterSnapshot(snapshot);
 	sender.claim_at = more ? 0 : next;
 }
 
@@ -516,7 +529,11 @@ sender_round(bool want_claim)
 		if (sender.config_stale)
 			reload_config();
 		if (sender.need_recovery)
+		{
+			/* a failed round reads the configuration again, which asks again */
+			sender.need_recovery = false;
 			recover_orphans();
+		}
 		n_results = finished_results(&results);
 		notif_sql_record(results, n_results, NULL);
 		notif_push_record_unregistered(&sender.finished);
@@ -539,7 +556,6 @@ sender_round(bool want_claim)
 														   SENDER_NOT_INSTALLED_WAIT_MS);
 		return;
 	}
-	sender.need_recovery = false;
 
 	/* the results are committed: let their calls go */
 	while (!dlist_is_empty(&sender.finished))

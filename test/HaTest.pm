@@ -162,7 +162,7 @@ sub check_guarantee
 		is( $node->safe_psql('postgres', qq{
 				SELECT count(*) FROM notif_job j
 				 WHERE kind = 'amo' AND order_id = '$o'
-				   AND (SELECT count(*) FROM notif_attempt a
+				   AND (SELECT count(*) FROM notif_calls a
 				         WHERE a.job_id = j.id AND a.outcome IS DISTINCT FROM 'unreached') > 1}),
 			'0', "$what: no at_most_once job was attempted again");
 	}

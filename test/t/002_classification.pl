@@ -1,7 +1,7 @@
 # 002_classification.pl: the call-ended rows of the job lifecycle
 # (src/job_state.c, notif_transitions(); each test names its rows),
 # for both deliveries: what each provider answer or failure does to a job,
-# checked in notif_job, notif_attempt and the simulator's ledger.
+# checked in notif_job, notif_attempt (notif_calls) and the simulator's ledger.
 use strict;
 use warnings;
 use lib 'test';
@@ -92,21 +92,36 @@ is(job_row($node, $id{alo_reset}), 'failed unknown 3 -', 'at_least_once, reset: 
 cmp_ok((split / /, ledger_key($sim, 'alo_reset:7:order-1'))[0], '>=', 3,
 	'at_least_once, reset: the provider received every try');
 
-# one notif_attempt row per call
+# one notif_calls row per call
 is( $node->safe_psql('postgres', q{
 		SELECT count(*) FROM notif_job j
-		 WHERE j.tries <> (SELECT count(*) FROM notif_attempt a WHERE a.job_id = j.id)}),
-	'0', 'one notif_attempt row per call');
+		 WHERE j.tries <> (SELECT count(*) FROM notif_calls a WHERE a.job_id = j.id)}),
+	'0', 'one notif_calls row per call');
+# a first call that was accepted is held by its job row alone; every other
+# call has its notif_attempt row
+is( $node->safe_psql('postgres', qq{
+		SELECT (SELECT count(*) FROM notif_attempt WHERE job_id IN ($id{amo_ok}, $id{alo_ok}))
+		       || ' ' || string_agg(c.outcome || ' ' || c.http_status || ' '
+		                            || (c.started_at <= c.ended_at AND c.ended_at <= now()), ',')
+		  FROM notif_calls c WHERE c.job_id IN ($id{amo_ok}, $id{alo_ok})}),
+	'0 accepted 200 true,accepted 200 true',
+	'a first call that was accepted: no notif_attempt row; notif_calls shows it, with its times');
+is( $node->safe_psql('postgres', q{
+		SELECT count(*) FROM notif_job j
+		 WHERE j.tries + j.earlier_tries >= 1 AND j.claimed_by IS NULL
+		   AND NOT (j.tries + j.earlier_tries = 1 AND j.outcome = 'accepted')
+		   AND j.tries <> (SELECT count(*) FROM notif_attempt a WHERE a.job_id = j.id)}),
+	'0', 'every other call has its notif_attempt row');
 is( $node->safe_psql('postgres', qq{
 		SELECT string_agg(outcome || ':' || coalesce(http_status::text, '-'), ',' ORDER BY try)
-		  FROM notif_attempt WHERE job_id = $id{alo_s502}}),
+		  FROM notif_calls WHERE job_id = $id{alo_s502}}),
 	'unknown:502,unknown:502,unknown:502', 'the attempts of a retried job');
 
 # Retry-After on 429 is honoured: tries at least a second apart
 is( $node->safe_psql('postgres', qq{
 		SELECT bool_and(gap >= interval '900 ms') FROM (
 		  SELECT started_at - lag(started_at) OVER (ORDER BY try) AS gap
-		    FROM notif_attempt WHERE job_id = $id{alo_s429}) g WHERE gap IS NOT NULL}),
+		    FROM notif_calls WHERE job_id = $id{alo_s429}) g WHERE gap IS NOT NULL}),
 	't', '429 with Retry-After: 1 is retried no sooner than a second later');
 
 # Retry-After on a 503 is honoured too (and a 503 is ambiguous: unknown)
@@ -121,7 +136,7 @@ ok(wait_until($node, "SELECT status = 'failed' AND claimed_by IS NULL FROM notif
 	'at_least_once, 503: retried, then failed');
 is(job_row($node, $s503), 'failed unknown 2 503', 'at_least_once, 503: unknown, as any 5xx');
 is( $node->safe_psql('postgres', qq{
-		SELECT max(started_at) - min(started_at) >= interval '900 ms' FROM notif_attempt WHERE job_id = $s503}),
+		SELECT max(started_at) - min(started_at) >= interval '900 ms' FROM notif_calls WHERE job_id = $s503}),
 	't', '503 with Retry-After: 1 is retried no sooner than a second later');
 
 # a 502 carries its error text; a refused connection says so

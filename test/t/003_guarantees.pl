@@ -41,12 +41,12 @@ ok(wait_final($dl), 'the job with a short deadline reached a final state');
 is($node->safe_psql('postgres', "SELECT status FROM notif_job WHERE id = $dl"),
 	'expired', 'a provider that always times out: the job ends expired');
 is( $node->safe_psql('postgres', qq{
-		SELECT count(*) FROM notif_attempt a JOIN notif_job j ON j.id = a.job_id
+		SELECT count(*) FROM notif_calls a JOIN notif_job j ON j.id = a.job_id
 		 WHERE j.id = $dl AND a.started_at >= j.deadline_at}),
 	'0', 'no attempt started after deadline_at');
-cmp_ok($node->safe_psql('postgres', "SELECT count(*) FROM notif_attempt WHERE job_id = $dl"),
+cmp_ok($node->safe_psql('postgres', "SELECT count(*) FROM notif_calls WHERE job_id = $dl"),
 	'>=', 2, 'it was retried while the deadline allowed');
-is($node->safe_psql('postgres', "SELECT tries = (SELECT count(*) FROM notif_attempt WHERE job_id = $dl) FROM notif_job WHERE id = $dl"),
+is($node->safe_psql('postgres', "SELECT tries = (SELECT count(*) FROM notif_calls WHERE job_id = $dl) FROM notif_job WHERE id = $dl"),
 	't', 'tries counts exactly the calls made');
 
 # --- idempotency: delivered-then-timed-out calls are retried with one key ---
@@ -227,7 +227,7 @@ ok(wait_until($node, q{SELECT count(*) = 20 FROM notif_job WHERE kind = 'jitter'
 my ($lo, $hi) = split /\|/, $node->safe_psql('postgres', q{
 	SELECT min(gap), max(gap) FROM (
 	  SELECT extract(epoch FROM a2.started_at - a1.ended_at) AS gap
-	    FROM notif_attempt a1 JOIN notif_attempt a2 ON a2.job_id = a1.job_id AND a2.try = 2
+	    FROM notif_calls a1 JOIN notif_calls a2 ON a2.job_id = a1.job_id AND a2.try = 2
 	    JOIN notif_job j ON j.id = a1.job_id
 	   WHERE j.kind = 'jitter' AND a1.try = 1) g});
 cmp_ok($lo, '>=', 0.45, 'no retry before half the backoff');
@@ -241,7 +241,7 @@ my $expo = enqueue('expo', 'e');
 ok(wait_until($node, "SELECT status = 'failed' FROM notif_job WHERE id = $expo"), 'the exponential job failed after four tries');
 my @gaps = split /\n/, $node->safe_psql('postgres', qq{
 	SELECT extract(epoch FROM a2.started_at - a1.ended_at)
-	  FROM notif_attempt a1 JOIN notif_attempt a2 ON a2.job_id = a1.job_id AND a2.try = a1.try + 1
+	  FROM notif_calls a1 JOIN notif_calls a2 ON a2.job_id = a1.job_id AND a2.try = a1.try + 1
 	 WHERE a1.job_id = $expo ORDER BY a1.try});
 is(scalar(@gaps), 3, 'three retries');
 cmp_ok($gaps[0], '<', 0.3, 'the first retry waits at most backoff_min (200 ms)');

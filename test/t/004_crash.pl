@@ -65,7 +65,7 @@ is(ledger_key($sim, 'alo:1:kill'), '2 1 1', 'at_least_once: the provider got it 
 sleep(2);
 is(job_row($node, $amo), 'sent unknown 1 -', 'lost_at_most_once: recorded as unknown, not attempted again');
 is(ledger_key($sim, 'amo:1:kill'), '1 0 1', 'at_most_once: the provider got it exactly once');
-is( $node->safe_psql('postgres', "SELECT string_agg(try || ':' || outcome, ',' ORDER BY try) FROM notif_attempt WHERE job_id = $alo"),
+is( $node->safe_psql('postgres', "SELECT string_agg(try || ':' || outcome, ',' ORDER BY try) FROM notif_calls WHERE job_id = $alo"),
 	'1:unknown,2:accepted', 'the interrupted call has its attempt row');
 
 # --- immediate-mode server restart with an at_least_once call in flight ---

@@ -123,15 +123,15 @@ ok( wait_until($node,
   or diag($node->safe_psql('postgres', q{SELECT kind, status, outcome, count(*) FROM notif.notif_job GROUP BY 1, 2, 3}));
 is( $node->safe_psql('postgres', q{
 		SELECT max(c) FROM (
-		  SELECT (SELECT count(*) FROM notif.notif_attempt b JOIN notif.notif_job jb ON jb.id = b.job_id
+		  SELECT (SELECT count(*) FROM notif.notif_calls b JOIN notif.notif_job jb ON jb.id = b.job_id
 		           WHERE jb.kind IN ('narrow_a', 'narrow_b')
 		             AND b.started_at <= a.started_at AND b.ended_at > a.started_at) AS c
-		    FROM notif.notif_attempt a JOIN notif.notif_job ja ON ja.id = a.job_id
+		    FROM notif.notif_calls a JOIN notif.notif_job ja ON ja.id = a.job_id
 		   WHERE ja.kind IN ('narrow_a', 'narrow_b')) x}),
 	'2', 'never more than the provider\'s max_inflight (2) calls at once, across two lanes');
 cmp_ok( $node->safe_psql('postgres', q{
 		SELECT extract(epoch FROM max(a.started_at) - min(a.started_at))
-		  FROM notif.notif_attempt a JOIN notif.notif_job j ON j.id = a.job_id WHERE j.kind = 'rated'}),
+		  FROM notif.notif_calls a JOIN notif.notif_job j ON j.id = a.job_id WHERE j.kind = 'rated'}),
 	'>=', 2.5, '60 calls at rate_limit 20/s take at least 2.5 s (a tenth of a second of burst)');
 
 # --- the lane's cap, notif_deliver.max_inflight, reloads on SIGHUP ---
@@ -149,9 +149,9 @@ ok(wait_until($node, q{SELECT count(*) = 8 FROM notif.notif_job WHERE kind = 'ca
 	'the capped jobs were sent');
 is( $node->safe_psql('postgres', q{
 		SELECT max(c) FROM (
-		  SELECT (SELECT count(*) FROM notif.notif_attempt b JOIN notif.notif_job jb ON jb.id = b.job_id
+		  SELECT (SELECT count(*) FROM notif.notif_calls b JOIN notif.notif_job jb ON jb.id = b.job_id
 		           WHERE jb.kind = 'capped' AND b.started_at <= a.started_at AND b.ended_at > a.started_at) AS c
-		    FROM notif.notif_attempt a JOIN notif.notif_job ja ON ja.id = a.job_id
+		    FROM notif.notif_calls a JOIN notif.notif_job ja ON ja.id = a.job_id
 		   WHERE ja.kind = 'capped') x}),
 	'2', 'never more than notif_deliver.max_inflight (2, set by reload) calls at once in a lane');
 $node->append_conf('postgresql.conf', "notif_deliver.max_inflight = 256\n");

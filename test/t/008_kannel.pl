@@ -66,7 +66,7 @@ sub attempts
 	my ($kind) = @_;
 	return sql(qq{
 		SELECT count(*), a.outcome, a.http_status, a.error
-		  FROM notif_attempt a JOIN notif_job j ON j.id = a.job_id
+		  FROM notif_calls a JOIN notif_job j ON j.id = a.job_id
 		 WHERE j.kind = '$kind' GROUP BY 2, 3, 4 ORDER BY 1 DESC});
 }
 
@@ -169,7 +169,7 @@ usleep(int(1_000_000 * (4 - (time - $t_kill)))) if time - $t_kill < 4;
 is(sql($sent_gd), $sent_down, 'no job became sent while smsbox was down');
 # libcurl says "Couldn't connect to server" (7.88) or "Connection refused"
 my $refused = sql(q{
-	SELECT count(*) FROM notif_attempt a JOIN notif_job j ON j.id = a.job_id
+	SELECT count(*) FROM notif_calls a JOIN notif_job j ON j.id = a.job_id
 	 WHERE j.kind = 'sms_gd' AND a.outcome = 'unreached'
 	   AND a.error ~ '^Failed to connect .*(Couldn''t connect to server|Connection refused)'});
 cmp_ok($refused, '>', 0, "calls during the outage: connection refused, 'unreached' ($refused)")
@@ -198,7 +198,7 @@ is_deeply([ keys %$types ], ['NOTIF ucs-2'], 'all as UCS-2');
 # handed it to bearerbox and died before answering; that call ended
 # 'unknown' and its retry sent a second copy.  Connection refused never does.
 my %unknown = map { $_ => 1 } split /\n/, sql(q{
-	SELECT DISTINCT j.payload->>'to' FROM notif_attempt a JOIN notif_job j ON j.id = a.job_id
+	SELECT DISTINCT j.payload->>'to' FROM notif_calls a JOIN notif_job j ON j.id = a.job_id
 	 WHERE j.kind = 'sms_gd' AND a.outcome = 'unknown'});
 my @unexplained = grep { !$unknown{ (split /\t/)[0] } } @dup;
 is_deeply([ map { encode_utf8($_) } @unexplained ], [],
@@ -206,7 +206,7 @@ is_deeply([ map { encode_utf8($_) } @unexplained ], [],
 note(sprintf('outage: %d duplicate(s), %d job(s) with an unknown call, %d refused call(s) retried',
 	scalar(@dup), scalar(keys %unknown), $refused));
 note("unknown call: $_") for split /\n/, sql(q{
-	SELECT a.error FROM notif_attempt a JOIN notif_job j ON j.id = a.job_id
+	SELECT a.error FROM notif_calls a JOIN notif_job j ON j.id = a.job_id
 	 WHERE j.kind = 'sms_gd' AND a.outcome = 'unknown'});
 
 # ---------------------------------------------------------------------------

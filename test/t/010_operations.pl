@@ -119,7 +119,7 @@ ok(wait_until($node, "SELECT count(*) FROM notif_job WHERE kind = 'redo' AND sta
 	'they were sent');
 cmp_ok(time - $t0, '<', 60, 'woken at commit, not by the hourly poll');
 is($node->safe_psql('postgres', q{
-	SELECT string_agg(a.try || ':' || a.outcome, ',' ORDER BY a.try) FROM notif_attempt a
+	SELECT string_agg(a.try || ':' || a.outcome, ',' ORDER BY a.try) FROM notif_calls a
 	  JOIN notif_job j ON j.id = a.job_id WHERE j.kind = 'redo' AND j.order_id = 'r1'}),
 	'1:rejected,2:accepted', 'its attempts are numbered on across the re-drive');
 is($node->safe_psql('postgres', "SELECT tries || ' ' || earlier_tries FROM notif_job WHERE kind = 'redo' AND order_id = 'r1'"),

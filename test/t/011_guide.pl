@@ -208,7 +208,7 @@ sub make_history
 		my ($kind, $amo) = @$t;
 		my ($attempts, $ambiguous) = split /\|/, q1(qq{
 			SELECT count(*), count(*) FILTER (WHERE a.outcome = 'unknown')
-			  FROM notif_attempt a JOIN notif_job j ON j.id = a.job_id WHERE j.kind = '$kind'});
+			  FROM notif_calls a JOIN notif_job j ON j.id = a.job_id WHERE j.kind = '$kind'});
 		is($ambiguous, '0', "$kind: no ambiguous call so far ($attempts attempts)");
 		my $amb_tries = $amo ? 1 : 2;    # at_least_once: unknown, then accepted
 		my $n = 20000 - $attempts - 100 * ($amb_tries - 1);

@@ -20,10 +20,10 @@ sub max_overlap
 	my ($kinds) = @_;
 	return $node->safe_psql('postgres', qq{
 		SELECT max(c) FROM (
-		  SELECT (SELECT count(*) FROM notif_attempt b JOIN notif_job jb ON jb.id = b.job_id
+		  SELECT (SELECT count(*) FROM notif_calls b JOIN notif_job jb ON jb.id = b.job_id
 		           WHERE jb.kind IN ($kinds)
 		             AND b.started_at <= a.started_at AND b.ended_at > a.started_at) AS c
-		    FROM notif_attempt a JOIN notif_job ja ON ja.id = a.job_id
+		    FROM notif_calls a JOIN notif_job ja ON ja.id = a.job_id
 		   WHERE ja.kind IN ($kinds)) x});
 }
 

@@ -115,9 +115,9 @@ push_control($rig, '/revoke');
 my $j401 = sql(q{SELECT notif_enqueue(1, 'fcm_push', 'revoked', '{"token": "tok-r", "notification": {"title": "x"}}')});
 ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $j401"),
 	'answers row fcm_unauthenticated: the job was sent after all');
-is(sql("SELECT string_agg(try || ' ' || outcome || ' ' || coalesce(http_status::text, '-'), ',' ORDER BY try) FROM notif_attempt WHERE job_id = $j401"),
+is(sql("SELECT string_agg(try || ' ' || outcome || ' ' || coalesce(http_status::text, '-'), ',' ORDER BY try) FROM notif_calls WHERE job_id = $j401"),
 	'1 unreached 401,2 accepted 200', 'answers row fcm_unauthenticated: unreached, a new token, then accepted');
-like(sql("SELECT error FROM notif_attempt WHERE job_id = $j401 AND try = 1"), qr/^HTTP 401: UNAUTHENTICATED: /,
+like(sql("SELECT error FROM notif_calls WHERE job_id = $j401 AND try = 1"), qr/^HTTP 401: UNAUTHENTICATED: /,
 	'answers row fcm_unauthenticated: the reason in the error');
 
 # answers row fcm_unregistered: rejected, never retried, listed
@@ -165,7 +165,7 @@ cmp_ok($st->{apns_expired_tokens}, '>=', 1, "answers row apns_expired_provider_t
 is($st->{apns_jwt_verified}, $st->{apns_expired_tokens} + 1,
 	'answers row apns_expired_provider_token: one new provider token per expired one, no more');
 is($st->{apns_jwt_bad}, 0, 'apns: every provider token verified (ES256, kid, iss)');
-my $expired = sql(q{SELECT a.outcome || ' ' || a.http_status || ' ' || a.error FROM notif_attempt a
+my $expired = sql(q{SELECT a.outcome || ' ' || a.http_status || ' ' || a.error FROM notif_calls a
                      JOIN notif_job j ON j.id = a.job_id WHERE j.kind = 'apns_push' AND a.try = 1
                       AND a.http_status = 403 LIMIT 1});
 is($expired, 'unreached 403 HTTP 403: ExpiredProviderToken',
@@ -181,7 +181,7 @@ sub answered
 {
 	my ($id, $status) = @_;
 	return sql("SELECT j.status || ' ' || j.outcome || ' ' || j.http_status || ' ' || count(a.*)
-	              FROM notif_job j JOIN notif_attempt a ON a.job_id = j.id AND a.http_status = $status
+	              FROM notif_job j JOIN notif_calls a ON a.job_id = j.id AND a.http_status = $status
 	             WHERE j.id = $id GROUP BY j.id");
 }
 is(answered($j410, 410), 'failed rejected 410 1', 'answers row apns_unregistered: rejected, not retried');
@@ -194,19 +194,19 @@ is(sql("SELECT reported_at = to_timestamp(1700000000) FROM notif_unregistered WH
 # row apns_too_many_requests (Retry-After: 2): unreached, retried no
 # sooner; only that device waits, not the provider
 my $j429 = sql(q{SELECT notif_enqueue(92, 'apns_push', 'busy', '{"device_token": "c0de0003", "headers": {"apns-topic": "t"}, "aps": {}}')});
-ok(wait_until($node, "SELECT EXISTS (SELECT 1 FROM notif_attempt WHERE job_id = $j429 AND http_status = 429)"),
+ok(wait_until($node, "SELECT EXISTS (SELECT 1 FROM notif_calls WHERE job_id = $j429 AND http_status = 429)"),
 	'answers row apns_too_many_requests: answered 429');
 my $other = sql(q{SELECT notif_enqueue(92, 'apns_push', 'not-busy', '{"device_token": "0a0b0c", "headers": {"apns-topic": "t"}, "aps": {}}')});
 ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $other"), 'apns 429: another device\'s job was sent');
 is(sql("SELECT (SELECT sent_at FROM notif_job WHERE id = $other)
-             < (SELECT ended_at + interval '2 s' FROM notif_attempt WHERE job_id = $j429 AND http_status = 429)"),
+             < (SELECT ended_at + interval '2 s' FROM notif_calls WHERE job_id = $j429 AND http_status = 429)"),
 	't', 'answers row apns_too_many_requests: the provider was not paused for it');
 ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $j429"), 'apns 429: sent after all');
 # (a provider token may expire in between: look at the 429 attempt and the next)
-is(sql("SELECT outcome || ' ' || http_status || ' ' || error FROM notif_attempt WHERE job_id = $j429 AND http_status = 429"),
+is(sql("SELECT outcome || ' ' || http_status || ' ' || error FROM notif_calls WHERE job_id = $j429 AND http_status = 429"),
 	'unreached 429 HTTP 429: TooManyRequests', 'answers row apns_too_many_requests: unreached, the reason in the error');
-is(sql("SELECT a2.started_at - a1.ended_at >= interval '2 s' FROM notif_attempt a1
-          JOIN notif_attempt a2 ON a2.job_id = a1.job_id AND a2.try = a1.try + 1
+is(sql("SELECT a2.started_at - a1.ended_at >= interval '2 s' FROM notif_calls a1
+          JOIN notif_calls a2 ON a2.job_id = a1.job_id AND a2.try = a1.try + 1
          WHERE a1.job_id = $j429 AND a1.http_status = 429"),
 	't', 'answers row apns_too_many_requests: the retry waited for Retry-After (2 s)');
 
@@ -216,7 +216,7 @@ my $jq = sql(q{SELECT notif_enqueue(79, 'fcm_push', 'quota', '{"token": "quota-1
 ok(wait_until($node, "SELECT status = 'queued' AND tries = 1 FROM notif_job WHERE id = $jq"),
 	'answers row fcm_quota_exceeded: queued again after one try');
 is(sql("SELECT j.outcome || ' ' || j.http_status || ' ' || (j.next_at >= a.ended_at + interval '60 s')
-          FROM notif_job j JOIN notif_attempt a ON a.job_id = j.id WHERE j.id = $jq"),
+          FROM notif_job j JOIN notif_calls a ON a.job_id = j.id WHERE j.id = $jq"),
 	'unreached 429 true', 'answers row fcm_quota_exceeded: unreached, next try a minute later at the earliest');
 like(sql("SELECT last_error FROM notif_job WHERE id = $jq"), qr/^HTTP 429: QUOTA_EXCEEDED: /,
 	'answers row fcm_quota_exceeded: the errorCode in last_error');
@@ -340,7 +340,7 @@ cmp_ok(scalar(@secrets), '>', 5, 'the server issued and saw tokens (' . scalar(@
 my @needles = (@secrets, substr($rsa_body, 100, 40), substr($ec_body, 40, 40));
 my $log = slurp_file($node->logfile);
 my $tables = sql(q{SELECT coalesce(string_agg(last_error, ' '), '') FROM notif_job})
-  . sql(q{SELECT coalesce(string_agg(error, ' '), '') FROM notif_attempt})
+  . sql(q{SELECT coalesce(string_agg(error, ' '), '') FROM notif_calls})
   . sql(q{SELECT coalesce(string_agg(coalesce(query, '') || ' ' || coalesce(application_name, ''), ' '), '') FROM pg_stat_activity});
 my @leaks = grep { index($log, $_) >= 0 || index($tables, $_) >= 0 } @needles;
 is(scalar(@leaks), 0, 'no token, assertion or key in the server log, notif_job, notif_attempt or pg_stat_activity');

@@ -274,7 +274,7 @@ ok( wait_until($router, qq{SELECT coalesce(sum(jobs), 0) = $jobs FROM notif_coun
 # when each call started on its shard, and when the simulator received it
 # (its ledger's first_us; the same wall clock)
 my @calls = map { split /\n/, $_->safe_psql('postgres', q{
-		SELECT j.user_id || ' ' || extract(epoch FROM a.started_at) FROM notif_attempt a
+		SELECT j.user_id || ' ' || extract(epoch FROM a.started_at) FROM notif_calls a
 		  JOIN notif_job j ON j.id = a.job_id WHERE j.kind = 'bulk'}) } @shards;
 my %started = map { split / / } @calls;
 is(scalar(@calls) . ' ' . scalar(keys %started), "$jobs $jobs", 'one call per job');

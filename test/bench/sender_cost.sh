@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# test/bench/sender_cost.sh: what the sender costs per job, two builds side
+# by side in one run (issue 15).  Two throwaway clusters, one per
+# installation (the baseline's, e.g. main's, and the one on PATH), the same
+# settings, the same simulator; each round drains the same backlog of
+# at_least_once jobs with each build in turn (the order alternates from
+# round to round), at 0 ms and at 50 ms provider latency.  Per drain:
+# jobs/s (unpause to drained), CPU seconds per 1,000 jobs of the whole
+# cluster (the sender included) and of the sender alone, WAL bytes per job
+# (pg_current_wal_lsn before and after; the backlog is loaded and
+# checkpointed first, so the full-page images of the first change to each
+# page after a checkpoint are counted, as in production), and the rounds'
+# medians.
+#
+#   COST_BASE_PG_CONFIG=/opt/pg-base/usr/lib/postgresql/15/bin/pg_config \
+#       bash test/bench/sender_cost.sh [JOBS] [INFLIGHT]   (defaults 30000 512)
+#
+# Environment: COST_BASE_PG_CONFIG (required: the baseline installation,
+# with notif_deliver installed in it); COST_ROUNDS [5]; COST_LATENCIES
+# ["0 50"]; COST_DELIVERY [at_least_once]; COST_SQL_BASE, COST_SQL_NEW (SQL
+# run once in that build's cluster after the setup, e.g. to try a storage
+# parameter: COST_SQL_NEW="ALTER TABLE notif_job SET (fillfactor = 70)"
+# with both builds the same); BENCH_PORT (the clusters use it
+# and BENCH_PORT + 1), BENCH_SIM_PORT (see test/bench/lib.sh).  Needs the
+# simulator built (make -C test/sim).
+# Prints a table, then "RESULT cost_<build>_<latency>ms_<what> value" lines
+# (what: jobs_per_s, cpu_per_1k, sender_cpu_per_1k, wal_bytes_per_job,
+# commits_per_1k: transactions committed in the cluster per 1,000 jobs, the
+# sender's rounds and this script's few polls).
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+JOBS=${1:-30000}
+INFLIGHT=${2:-512}
+ROUNDS=${COST_ROUNDS:-5}
+LATENCIES=${COST_LATENCIES:-0 50}
+DELIVERY=${COST_DELIVERY:-at_least_once}
+SIM=$BENCH_SIM_PORT
+: "${COST_BASE_PG_CONFIG:?set COST_BASE_PG_CONFIG to the pg_config of the baseline installation}"
+
+declare -A bindir dir port
+bindir[base]=$("$COST_BASE_PG_CONFIG" --bindir)
+bindir[new]=$(pg_config --bindir)
+builds="base new"
+
+bench_dir cost
+stop_all() {
+	local b
+	for b in $builds; do
+		[ -d "${dir[$b]:-/nonexistent}/data" ] &&
+			cluster_as "${bindir[$b]}/pg_ctl" -D "${dir[$b]}/data" -m immediate stop >/dev/null 2>&1
+	done
+	CLUSTER_DIR=
+	bench_cleanup
+}
+trap stop_all EXIT
+
+# point cluster_psql and the helpers of lib.sh at one build's cluster
+use() {
+	PG_BINDIR=${bindir[$1]}
+	CLUSTER_DIR=${dir[$1]}
+	export PGHOST=${dir[$1]} PGPORT=${port[$1]}
+}
+
+sim_start main "$SIM" --hold-ms 5000
+sim_pid=${_bench_sims[0]}
+p=$BENCH_PORT
+for b in $builds; do
+	dir[$b]=$BENCH_DIR/pg_$b
+	port[$b]=$p
+	p=$((p + 1))
+	PG_BINDIR=${bindir[$b]}
+	cluster_start "${dir[$b]}" "${port[$b]}" "notif_deliver.database = 'postgres'" \
+		"notif_deliver.max_inflight = $INFLIGHT" \
+		"max_wal_size = '4GB'" "checkpoint_timeout = '30min'" "synchronous_commit = off"
+	cluster_psql <<SQL
+CREATE EXTENSION notif_deliver;
+UPDATE notif_provider SET url = 'http://127.0.0.1:$SIM/send', idempotency_header = 'Idempotency-Key',
+       timeout = '5 seconds', max_inflight = $INFLIGHT WHERE name = 'default';
+INSERT INTO notif_type (code, delivery, max_tries, lane, paused)
+VALUES ('bench', '$DELIVERY', 3, 'bench', true);
+SQL
+	extra=COST_SQL_${b^^}
+	[ -z "${!extra:-}" ] || cluster_psql <<<"${!extra}"
+done
+
+# the sender's commits (and the few of this script's polls): its rounds
+commits="SELECT sum(xact_commit) FROM pg_stat_database"
+drained="SELECT NOT EXISTS (SELECT 1 FROM notif_job WHERE kind = 'bench' AND status = 'queued')
+            AND NOT EXISTS (SELECT 1 FROM notif_job WHERE claimed_by IS NOT NULL)"
+
+# drain one backlog with one build at one latency; prints
+# "build latency seconds jobs_per_s cpu_per_1k sender_cpu_per_1k wal_per_job"
+drain() {
+	local b=$1 latency=$2 pg0 pg1 t0 t1 lsn0 wal snd sent x0 x1
+	use "$b"
+	sim_get "$SIM" "/config?latency_ms=$latency" >/dev/null
+	sim_get "$SIM" /reset >/dev/null
+	cluster_psql -c "TRUNCATE notif_job, notif_attempt CASCADE" \
+		-c "SELECT count(notif_enqueue(g, 'bench', 'o', '{\"to\":\"+84900000000\",\"text\":\"hello\"}')) FROM generate_series(1, $JOBS) g" \
+		-c "VACUUM ANALYZE notif_job" -c "CHECKPOINT" >/dev/null
+	lsn0=$(cluster_psql -At -c "SELECT pg_current_wal_lsn()")
+	x0=$(cluster_psql -At -c "$commits")
+	pg0=$(cluster_cpu_ticks)
+	t0=$(date +%s.%N)
+	cluster_psql -c "UPDATE notif_type SET paused = false WHERE code = 'bench'" >/dev/null
+	until [ "$(cluster_psql -At -c "$drained")" = t ]; do
+		sleep 0.1
+	done
+	t1=$(date +%s.%N)
+	pg1=$(cluster_cpu_ticks)
+	snd=$(cpu_ticks $(sender_pids))
+	wal=$(cluster_psql -At -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn0')")
+	x1=$(cluster_psql -At -c "$commits")
+	cluster_psql -c "UPDATE notif_type SET paused = true WHERE code = 'bench'" >/dev/null
+	sent=$(cluster_psql -At -c "SELECT count(*) FROM notif_job WHERE status = 'sent'")
+	if [ "$sent" != "$JOBS" ]; then
+		echo "$b at $latency ms: $sent of $JOBS jobs sent" >&2
+		cluster_psql -c "SELECT status, count(*) FROM notif_job GROUP BY 1" >&2
+		exit 1
+	fi
+	wait_sql "SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'notif_deliver sender'" 30
+	awk -v b="$b" -v l="$latency" -v t0="$t0" -v t1="$t1" -v n="$JOBS" -v pg=$((pg1 - pg0)) \
+		-v snd="$snd" -v wal="$wal" -v hz="$HZ" -v x=$((x1 - x0)) 'BEGIN {
+		s = t1 - t0
+		printf "%s %s %.3f %.0f %.4f %.4f %.0f %.1f\n", b, l, s, n / s, pg / hz / n * 1000,
+			snd / hz / n * 1000, wal / n, x / n * 1000 }'
+}
+
+echo "sender cost: $JOBS $DELIVERY jobs per drain, $INFLIGHT in flight, $ROUNDS rounds;"
+echo "base: ${bindir[base]}, new: ${bindir[new]}; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-5s %-5s %8s %8s %10s %10s %14s %10s %11s\n' round build latency seconds jobs_per_s cpu_1k sender_cpu_1k wal_per_job commits_1k
+rows=()
+for round in $(seq 1 "$ROUNDS"); do
+	order=$builds
+	[ $((round % 2)) = 0 ] && order="new base"
+	for latency in $LATENCIES; do
+		for b in $order; do
+			r=$(drain "$b" "$latency")
+			rows+=("$r")
+			read -r rb rl s j c sc w x <<<"$r"
+			printf '%-5s %-5s %6sms %8.2f %10s %10.4f %14.4f %10s %11s\n' "$round" "$rb" "$rl" "$s" "$j" "$c" "$sc" "$w" "$x"
+		done
+	done
+done
+
+median() {	# build latency column
+	printf '%s\n' "${rows[@]}" | awk -v b="$1" -v l="$2" -v c="$3" '$1 == b && $2 == l { print $c }' |
+		sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'
+}
+echo "medians (load now $(cut -d' ' -f1-3 /proc/loadavg)):"
+printf '%-5s %-7s %10s %10s %14s %10s %11s\n' build latency jobs_per_s cpu_1k sender_cpu_1k wal_per_job commits_1k
+for latency in $LATENCIES; do
+	for b in $builds; do
+		printf '%-5s %5sms %10s %10.4f %14.4f %10s %11s\n' "$b" "$latency" "$(median "$b" "$latency" 4)" \
+			"$(median "$b" "$latency" 5)" "$(median "$b" "$latency" 6)" "$(median "$b" "$latency" 7)" \
+			"$(median "$b" "$latency" 8)"
+		result "cost_${b}_${latency}ms_jobs_per_s" "$(median "$b" "$latency" 4)"
+		result "cost_${b}_${latency}ms_cpu_per_1k" "$(median "$b" "$latency" 5)"
+		result "cost_${b}_${latency}ms_sender_cpu_per_1k" "$(median "$b" "$latency" 6)"
+		result "cost_${b}_${latency}ms_wal_bytes_per_job" "$(median "$b" "$latency" 7)"
+		result "cost_${b}_${latency}ms_commits_per_1k" "$(median "$b" "$latency" 8)"
+	done
+done
