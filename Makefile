@@ -6,7 +6,8 @@
 #   make test            all of the above on a fresh machine (test/run)
 #   make test-ha         Patroni end to end, slow (test/run --ha; test/ha/*.pl)
 #   make demo            a throwaway cluster delivering the example types (test/demo)
-#   make bench           every benchmark under test/bench; writes doc/benchmarks.md (test/bench/run)
+#   make bench           every benchmark under test/bench; writes doc/benchmarks.md and
+#                        doc/benchmarks-peers.md (test/bench/run)
 #   make deb             the Debian package postgresql-15-notif-deliver, in build/deb/ (release/deb)
 #   make deb-check       make deb, then install, test and purge the package (release/package_check)
 #   make dist            the PGXN archive notif_deliver-<version>.zip of a tag (release/dist)

@@ -3,9 +3,11 @@
 # need, on Debian 12, if any is missing (postgresql-15-plproxy is for the
 # router extension notif_deliver_router and test/t/021_shards.pl).  Root
 # uses apt directly; anyone else gets told what to install.  With --bench,
-# also what `make bench` needs (gnuplot-nox for the charts); with --ha, what
-# `make test-ha` needs (patroni and etcd-server: their daemons are not
-# started, as below).
+# also what `make bench` needs (gnuplot-nox for the charts; PgQ and its
+# ticker daemon pgqd for test/bench/peers.sh, whose npm peers that script
+# installs itself); with --ha, what `make test-ha` needs (patroni and
+# etcd-server: their daemons are not started, as below).  apt waits up to 5
+# minutes for another apt to release its lock.
 #
 # kannel and kannel-extras (the open-source SMS gateway and its fake SMSC)
 # are for the end-to-end test test/t/008_kannel.pl only: root installs them
@@ -21,7 +23,7 @@ set -euo pipefail
 packages=(make gcc libc6-dev postgresql-15 postgresql-server-dev-15 postgresql-client-15
 	libcurl4-openssl-dev libssl-dev libipc-run-perl openssl bc procps curl
 	nghttp2-proxy libcryptx-perl postgresql-15-plproxy)
-[ "${1:-}" = --bench ] && packages+=(gnuplot-nox)
+[ "${1:-}" = --bench ] && packages+=(gnuplot-nox postgresql-15-pgq3 pgqd)
 [ "${1:-}" = --ha ] && packages+=(patroni etcd-server)
 optional=(kannel kannel-extras)
 
@@ -49,8 +51,8 @@ echo "== installing ${missing[*]} ${missing_optional[*]}"
 export DEBIAN_FRONTEND=noninteractive
 
 # The server package would start a cluster of its own, kannel a bearerbox
-# and a wapbox: not wanted here.  Deny every daemon start during the install,
-# then put back whatever policy was there before.
+# and a wapbox, pgqd its ticker: not wanted here.  Deny every daemon start
+# during the install, then put back whatever policy was there before.
 policy=/usr/sbin/policy-rc.d
 saved=
 if [ -e "$policy" ] || [ -L "$policy" ]; then
@@ -66,13 +68,14 @@ trap restore_policy EXIT
 printf '#!/bin/sh\n# test/deps.sh: no daemon starts during this install\nexit 101\n' >"$policy"
 chmod +x "$policy"
 
-apt-get update -qq
+apt_get() { apt-get -o DPkg::Lock::Timeout=300 "$@"; }
+apt_get update -qq
 # postgresql-15 and its headers must be the same minor version: install both
 if [ ${#missing[@]} -gt 0 ]; then
-	apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+	apt_get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
 fi
 if [ ${#missing_optional[@]} -gt 0 ] &&
-	! apt-get install -y -qq --no-install-recommends "${optional[@]}" >/dev/null; then
+	! apt_get install -y -qq --no-install-recommends "${optional[@]}" >/dev/null; then
 	echo "could not install ${optional[*]}: the Kannel test will be skipped" >&2
 fi
 

@@ -29,9 +29,11 @@ while (my $line = <$fh>)
 	elsif ($line =~ /^STATUS (\S+) (\S+)/) { $status{$1} = $2; }
 	elsif ($line =~ /^\S+ RESULT (\S+) (.*)$/)
 	{
-		push @order, $1 unless exists $r{$1};
-		(my $v = $2) =~ s/^"(.*)"$/$1/;
-		$r{$1} = $v;
+		# (the substitution below resets $1: keep the name first)
+		my ($name, $v) = ($1, $2);
+		push @order, $name unless exists $r{$name};
+		$v =~ s/^"(.*)"$/$1/;
+		$r{$name} = $v;
 	}
 	elsif ($line =~ /^\S+ ROW (\S+) (\|.*)$/) { push @{ $rows{$1} }, $2; }
 }

@@ -1,0 +1,57 @@
+// test/bench/peers/boss.cjs: pg-boss's worker (and bulk enqueue) for
+// test/bench/peers.sh.  Each queue gets BOSS_LOOPS work() loops fetching
+// batches of BOSS_BATCH jobs, polling at pg-boss's minimum (0.5 s); the
+// handler sends every job of the batch with http.cjs and fails only the
+// jobs whose call failed (boss.fail), so that pg-boss completes the others
+// and its default retry (retryLimit 2, no delay) applies to those alone.
+//
+//   node boss.cjs work QUEUE...          work the queues (created if missing)
+//   node boss.cjs enqueue QUEUE N PREFIX     boss.insert() N jobs in one
+//                                        statement; then prints the epoch (s)
+//                                        and pg_current_wal_lsn()
+//
+// Environment: DATABASE_URL; BOSS_LOOPS [4]; BOSS_BATCH [5000]; per queue
+// BOSS_BATCH_<QUEUE> and BOSS_LOOPS_<QUEUE> override them; the settings of
+// http.cjs.  Prints "ready" when every loop has started.
+'use strict';
+const PgBoss = require('pg-boss');
+
+const env = (name, dflt) => Number(process.env[name] ?? dflt);
+
+async function main() {
+	const [mode, ...args] = process.argv.slice(2);
+	const boss = new PgBoss({ connectionString: process.env.DATABASE_URL, schedule: false,
+		supervise: mode === 'work', max: 10 });
+	boss.on('error', (e) => console.error('pg-boss error:', e.message));
+	await boss.start();
+	if (mode === 'enqueue') {
+		const [queue, n, prefix] = args;
+		await boss.createQueue(queue);
+		const jobs = [];
+		for (let i = 1; i <= Number(n); i++)
+			jobs.push({ name: queue, data: { k: `${prefix}:${i}`, to: '+84900000000', text: 'hello' } });
+		await boss.insert(jobs);
+		const at = (Date.now() / 1000).toFixed(6);
+		const { rows: [{ lsn }] } = await boss.getDb().executeSql('SELECT pg_current_wal_lsn() AS lsn');
+		console.log(`${at} ${lsn}`);
+		await boss.stop({ graceful: false, wait: false });
+		process.exit(0);
+	}
+	const { post } = require('./http.cjs');
+	for (const queue of args) {
+		await boss.createQueue(queue);
+		const loops = env(`BOSS_LOOPS_${queue.toUpperCase()}`, env('BOSS_LOOPS', 4));
+		const batchSize = env(`BOSS_BATCH_${queue.toUpperCase()}`, env('BOSS_BATCH', 5000));
+		for (let i = 0; i < loops; i++) {
+			// the loops' polls spread over the interval, not all at once
+			if (i > 0) await new Promise((r) => setTimeout(r, 500 / loops));
+			await boss.work(queue, { batchSize, pollingIntervalSeconds: 0.5 }, async (jobs) => {
+				const failed = [];
+				await Promise.all(jobs.map((j) => post(j.data, queue === 'otp' ? 'otp' : 'bulk').catch(() => failed.push(j.id))));
+				if (failed.length) await boss.fail(queue, failed);
+			});
+		}
+	}
+	console.log('ready');
+}
+main().catch((e) => { console.error(e); process.exit(1); });
