@@ -385,6 +385,22 @@ hold_back_claimed(void)
 				 errdetail("The wait for synchronous replication was cancelled.")));
 }
 
+/*
+ * A job this round queued again for another try is due at its next_at:
+ * claim no later than that (else it would wait for a wake-up, or for
+ * notif_deliver.poll_interval, past a short deadline).
+ */
+static void
+claim_retries_when_due(const NotifResult *results, int n)
+{
+	int			i;
+
+	for (i = 0; i < n; i++)
+		if (results[i].next.row->retries && sender.claim_at != 0 &&
+			results[i].next.next_at < sender.claim_at)
+			sender.claim_at = results[i].next.next_at;
+}
+
 /* Results to record, jobs to recover, or a configuration to read? */
 bool
 sender_has_work(void)
@@ -427,6 +443,7 @@ sender_round(bool want_claim)
 		notif_push_record_unregistered(&sender.finished);
 		if (want_claim && !ShutdownRequestPending)
 			claim_jobs();
+		claim_retries_when_due(results, n_results);
 		make_claims_durable();
 	}
 

@@ -118,6 +118,18 @@ is($node->safe_psql('postgres', "SELECT notif_retry('redo', now() - interval '1 
 ok(wait_until($node, "SELECT count(*) FROM notif_job WHERE kind = 'redo' AND status = 'sent'", '20'),
 	'they were sent');
 cmp_ok(time - $t0, '<', 60, 'woken at commit, not by the hourly poll');
+
+# a retry is claimed when its backoff ends, not at the next poll
+set_provider($node, 'once502', $sim->{url}, idempotency_header => q('Idempotency-Key'),
+	headers => q('{"X-Sim-Fault": "502", "X-Sim-Fail-First": "1"}'));
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
+	VALUES ('again', 'at_least_once', 3, 'once502', '200 ms', '200 ms')});
+my $t_again = time;
+my $again = $node->safe_psql('postgres', q{SELECT notif_enqueue(1, 'again', 'a')});
+ok(wait_until($node, "SELECT status = 'sent' AND tries = 2 FROM notif_job WHERE id = $again"),
+	'alo_retry: a 502, then accepted on the second try');
+cmp_ok(time - $t_again, '<', 60, 'the retry went out when its backoff ended, not at the hourly poll');
 is($node->safe_psql('postgres', q{
 	SELECT string_agg(a.try || ':' || a.outcome, ',' ORDER BY a.try) FROM notif_calls a
 	  JOIN notif_job j ON j.id = a.job_id WHERE j.kind = 'redo' AND j.order_id = 'r1'}),
