@@ -80,15 +80,7 @@ drain() {
 	pg1=$(cluster_cpu_ticks)
 	sim1=$(cpu_ticks "$sim_pid")
 	snd=$(cpu_ticks $(sender_pids))
-	cluster_psql -c "UPDATE notif_type SET paused = true WHERE code = 'bench'" >/dev/null
-	sent=$(cluster_psql -At -c "SELECT count(*) FROM notif_job WHERE status = 'sent'")
-	if [ "$sent" != "$JOBS" ]; then
-		echo "dispatch at $latency ms: $sent of $JOBS jobs sent" >&2
-		cluster_psql -c "SELECT status, count(*) FROM notif_job GROUP BY 1" >&2
-		exit 1
-	fi
-	# wait for the sender to stop, so that the next measurement starts alone
-	wait_sql "SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'notif_deliver sender'" 30
+	end_drain bench "dispatch at $latency ms"
 	row_of "${latency}ms" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$JOBS" \
 		$((pg1 - pg0)) "$snd" $((sim1 - sim0))
 }

@@ -102,15 +102,8 @@ drain() {
 	fr1=$(cpu_ticks $(front_pids "${front_pid[$w]}"))
 	sim1=$(cpu_ticks "$sim_pid")
 	snd=$(cpu_ticks $(sender_pids))
-	cluster_psql -c "UPDATE notif_type SET paused = true WHERE code = '$w'" >/dev/null
-	sent=$(cluster_psql -At -c "SELECT count(*) FROM notif_job WHERE status = 'sent'")
-	if [ "$sent" != "$JOBS" ]; then
-		echo "$w: $sent of $JOBS jobs sent" >&2
-		cluster_psql -c "SELECT status, last_error, count(*) FROM notif_job GROUP BY 1, 2" >&2
-		exit 1
-	fi
 	# the sender stops with its lane paused: the next drain opens its connections afresh
-	wait_sql "SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'notif_deliver sender'" 30
+	end_drain "$w" "$w"
 	conns=$(awk '{ print $1 }' "$BENCH_DIR/access_$w.log" | sort -u | wc -l)
 	awk -v w="$w" -v a="$t0" -v b="$t1" -v n="$JOBS" -v pg=$((pg1 - pg0)) -v snd="$snd" \
 		-v fr=$((fr1 - fr0)) -v sim=$((sim1 - sim0)) -v hz="$HZ" -v c="$conns" \

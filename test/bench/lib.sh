@@ -155,6 +155,21 @@ wait_sql() {
 	done
 }
 
+# end_drain CODE WHAT: the drain of type CODE is over: pause it, check that
+# all $JOBS jobs were sent (else say so, as WHAT, and exit 1), and wait for
+# its sender to stop, so that the next measurement starts alone.
+end_drain() {
+	local sent
+	cluster_psql -c "UPDATE notif_type SET paused = true WHERE code = '$1'" >/dev/null
+	sent=$(cluster_psql -At -c "SELECT count(*) FROM notif_job WHERE status = 'sent'")
+	if [ "$sent" != "$JOBS" ]; then
+		echo "$2: $sent of $JOBS jobs sent" >&2
+		cluster_psql -c "SELECT status, last_error, count(*) FROM notif_job GROUP BY 1, 2" >&2
+		exit 1
+	fi
+	wait_sql "SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'notif_deliver sender'" 30
+}
+
 percentile() {
 	sort -n "$2" | awk -v p="$1" '{ a[NR] = $1 } END {
 		if (NR == 0) { print "nan"; exit }

@@ -111,14 +111,7 @@ drain() {
 	snd=$(cpu_ticks $(sender_pids))
 	wal=$(cluster_psql -At -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn0')")
 	x1=$(cluster_psql -At -c "$commits")
-	cluster_psql -c "UPDATE notif_type SET paused = true WHERE code = 'bench'" >/dev/null
-	sent=$(cluster_psql -At -c "SELECT count(*) FROM notif_job WHERE status = 'sent'")
-	if [ "$sent" != "$JOBS" ]; then
-		echo "$b at $latency ms: $sent of $JOBS jobs sent" >&2
-		cluster_psql -c "SELECT status, count(*) FROM notif_job GROUP BY 1" >&2
-		exit 1
-	fi
-	wait_sql "SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'notif_deliver sender'" 30
+	end_drain bench "$b at $latency ms"
 	awk -v b="$b" -v l="$latency" -v t0="$t0" -v t1="$t1" -v n="$JOBS" -v pg=$((pg1 - pg0)) \
 		-v snd="$snd" -v wal="$wal" -v hz="$HZ" -v x=$((x1 - x0)) 'BEGIN {
 		s = t1 - t0
