@@ -328,6 +328,17 @@ is(sql(q{SELECT string_agg(user_id || ' ' || token, ',') FROM app_device}), '5 a
 	'doc prune: the dead tokens deleted on the app\'s side');
 is(sql(q{SELECT count(*) FROM notif_unregistered}), '0', 'doc prune: and from notif_unregistered');
 
+# --- url NULL: an fcm provider defaults to FCM v1's URL for its project ---
+# (no network here: the call fails resolving Google's host, which names it)
+sql("INSERT INTO notif_provider (name, format, auth, credentials, ca_cert, timeout)
+     VALUES ('fcm_default', 'fcm', 'google_service_account', " . q_lit($sa_rig) . ", $ca, '5 s')");
+sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES ('fcm_default_push', 'at_least_once', 1, 'fcm_default')});
+my $jdef = sql(q{SELECT notif_enqueue(1, 'fcm_default_push', 'd', '{"token": "tok-d", "notification": {"title": "x"}}')});
+ok(wait_until($node, "SELECT status = 'failed' FROM notif_job WHERE id = $jdef"),
+	'fcm, url NULL: the job was tried');
+like(sql("SELECT last_error FROM notif_job WHERE id = $jdef"), qr{fcm\.googleapis\.com},
+	'fcm, url NULL: the call went to fcm.googleapis.com');
+
 # --- from the server's side: HTTP/2 for every call through the front -----
 my $all = front_connections($rig, qr{^/(3/device|v1/projects|token)});
 is($all->{h2}, $all->{calls}, "every one of the $all->{calls} calls through the front was HTTP/2");
