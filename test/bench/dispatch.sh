@@ -35,13 +35,7 @@ cluster_start "$BENCH_DIR/pg" "$BENCH_PORT" "notif_deliver.database = 'postgres'
 	"notif_deliver.max_inflight = $INFLIGHT" ${BATCH:+"notif_deliver.batch_size = $BATCH"} \
 	"max_wal_size = '4GB'" "checkpoint_timeout = '30min'" "synchronous_commit = off"
 BATCH=$(cluster_psql -At -c "SHOW notif_deliver.batch_size")
-cluster_psql <<SQL
-CREATE EXTENSION notif_deliver;
-UPDATE notif_provider SET url = 'http://127.0.0.1:$SIM/send', idempotency_header = 'Idempotency-Key',
-       timeout = '5 seconds', max_inflight = $INFLIGHT WHERE name = 'default';
-INSERT INTO notif_type (code, delivery, max_tries, lane, paused)
-VALUES ('bench', 'at_least_once', 3, 'bench', true);
-SQL
+bench_lane_setup "$SIM" "$INFLIGHT" at_least_once
 sim_pid=${_bench_sims[0]}
 
 # a fresh backlog of JOBS queued jobs of the paused type

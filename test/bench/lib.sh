@@ -179,6 +179,19 @@ percentile() {
 # The extension with one type, and plain_job: a table of notif_job's shape
 # (same columns, CHECKs, indexes and foreign key), for the enqueue
 # benchmarks to compare a plain INSERT ... ON CONFLICT with.
+# bench_lane_setup SIM_PORT INFLIGHT DELIVERY: the extension, its default
+# provider at the simulator (max_inflight INFLIGHT), and a paused type
+# "bench" of DELIVERY in its own lane, for a drain to resume.
+bench_lane_setup() {
+	cluster_psql <<SQL
+CREATE EXTENSION notif_deliver;
+UPDATE notif_provider SET url = 'http://127.0.0.1:$1/send', idempotency_header = 'Idempotency-Key',
+       timeout = '5 seconds', max_inflight = $2 WHERE name = 'default';
+INSERT INTO notif_type (code, delivery, max_tries, lane, paused)
+VALUES ('bench', '$3', 3, 'bench', true);
+SQL
+}
+
 plain_job_setup() {
 	cluster_psql <<'SQL'
 CREATE EXTENSION notif_deliver;

@@ -72,13 +72,7 @@ for b in $builds; do
 	cluster_start "${dir[$b]}" "${port[$b]}" "notif_deliver.database = 'postgres'" \
 		"notif_deliver.max_inflight = $INFLIGHT" \
 		"max_wal_size = '4GB'" "checkpoint_timeout = '30min'" "synchronous_commit = off"
-	cluster_psql <<SQL
-CREATE EXTENSION notif_deliver;
-UPDATE notif_provider SET url = 'http://127.0.0.1:$SIM/send', idempotency_header = 'Idempotency-Key',
-       timeout = '5 seconds', max_inflight = $INFLIGHT WHERE name = 'default';
-INSERT INTO notif_type (code, delivery, max_tries, lane, paused)
-VALUES ('bench', '$DELIVERY', 3, 'bench', true);
-SQL
+	bench_lane_setup "$SIM" "$INFLIGHT" "$DELIVERY"
 	extra=COST_SQL_${b^^}
 	[ -z "${!extra:-}" ] || cluster_psql <<<"${!extra}"
 done
