@@ -397,7 +397,12 @@ notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out)
 	NotifTypeConf *types;
 	uint64		i;
 
-	run(PLAN_LANE_TYPES, values, NULL, true, SPI_OK_SELECT);
+	/*
+	 * Not read-only: a snapshot of its own, taken now.  The caller read the
+	 * configuration generation just before; with the round's older snapshot
+	 * a change committed in between would be marked as read and never be.
+	 */
+	run(PLAN_LANE_TYPES, values, NULL, false, SPI_OK_SELECT);
 	types = MemoryContextAllocZero(cxt, sizeof(NotifTypeConf) * Max(SPI_processed, 1));
 	for (i = 0; i < SPI_processed; i++)
 	{
