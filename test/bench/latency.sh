@@ -2,24 +2,24 @@
 # test/bench/latency.sh: an idle system (issue 4, section 3).
 #  1. Enqueue-commit to request-arrival latency of single OTPs (lane otp,
 #     at_least_once), one at a time with a pause between them: p50 and p99
-#     over 1,000 messages (target p99 < 20 ms).  The start is the
+#     over 1,000 messages at full size (target p99 < 20 ms).  The start is the
 #     clock_timestamp() taken in the enqueuing statement, just before its
 #     commit (so the commit is counted in); the arrival is the simulator's
 #     first receipt of the key (first_us in its ledger; same clock).
 #  2. The CPU used by all notif_deliver processes (launcher and senders)
-#     over 60 s with nothing queued (target < 1% of one core).
+#     over 60 s (full size) with nothing queued (target < 1% of one core).
 #
 #   bash test/bench/latency.sh
 #
-# Environment: LAT_MESSAGES [1000], LAT_GAP [0.01] seconds between messages,
-# LAT_IDLE_SECONDS [60]; BENCH_PORT, BENCH_SIM_PORT, BENCH_OUT (see
-# test/bench/lib.sh).  Needs the extension installed and the simulator
-# built.  Prints RESULT lines for test/bench/run.
+# Environment: LAT_MESSAGES [1000 x BENCH_SCALE], LAT_GAP [0.01] seconds
+# between messages, LAT_IDLE_SECONDS [60 x BENCH_SCALE]; BENCH_PORT,
+# BENCH_SIM_PORT, BENCH_OUT (see test/bench/lib.sh).  Needs the extension
+# installed and the simulator built.  Prints RESULT lines for test/bench/run.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
-MSGS=${LAT_MESSAGES:-1000}
+MSGS=${LAT_MESSAGES:-$(bench_scale 1000)}
 GAP=${LAT_GAP:-0.01}
-IDLE=${LAT_IDLE_SECONDS:-60}
+IDLE=${LAT_IDLE_SECONDS:-$(bench_scale 60)}
 SIM=$BENCH_SIM_PORT
 
 bench_dir latency
