@@ -29,6 +29,10 @@
 #    on another every 20 ms: p50/p99 enqueue-to-arrival of the OTPs
 #    (graphile-worker twice: see peers/gw.cjs).
 # Then every row where a peer did better, with the reason (table peers_wins).
+# The headline of doc/benchmarks.md (its section "peers") comes from the
+# same run: tables peers_head, peers_sem_head and peers_wins_head (the wins
+# per peer, in short), and peers_stale_note (what stale statistics cost
+# notif_deliver's claims, in a sentence that follows the numbers).
 #
 #   bash test/bench/peers.sh            (as root: installs what is missing)
 #
@@ -183,13 +187,15 @@ if [[ " $PARTS " == *" throughput "* ]]; then
 	[ -n "${BENCH_OUT:-}" ] && : >"$BENCH_OUT/peers_tput.dat"
 	col() { printf '%s\n' "${tput[@]}" | awk -v s="$1" -v l="$2" -v c="$3" '$1 == s && $2 == l { print $c }' | median; }
 	# notif_deliver's figure / this system's, per round (side by side), then
-	# the median; columns: 4 jobs/s, 7 WAL drain, 8 WAL enqueue, 9 CPU ticks
+	# the median ("-" when that is infinite: the system's figure 0 in most
+	# rounds); columns: 4 jobs/s, 7 WAL drain, 8 WAL enqueue, 9 CPU ticks
 	ratio_of() {
 		local round
 		for round in $(seq 1 "$ROUNDS"); do
 			printf '%s\n' "${tput[@]}" | awk -v s="$1" -v l="$2" -v r="$round" -v c="$3" \
-				'$2 == l && $3 == r { if ($1 == "nd") a = $c; if ($1 == s) b = $c } END { if (b > 0) printf "%.2f\n", a / b }'
-		done | median | sed 's/^nan$/-/'
+				'$2 == l && $3 == r { if ($1 == "nd") a = $c; if ($1 == s) b = $c }
+				END { if (b > 0) printf "%.2f\n", a / b; else if (a > 0) print "inf" }'
+		done | median | sed 's/^nan$/-/; s/^inf$/-/'
 	}
 	for lat in 0 50; do
 		for sys in $TPUT_SYSTEMS; do
@@ -207,17 +213,48 @@ if [[ " $PARTS " == *" throughput "* ]]; then
 			row peers_tput "$(name_of "$sys")" "$lat ms" "$jps" "$([ "$sys" = nd ] && echo "" || echo "$ratio")" \
 				"$pg" "$w" "$tot" "$wd" "$we"
 			[ -z "${BENCH_OUT:-}" ] || printf '%s\t%s\t%s\n' "$(name_of "$sys")" "$lat" "$jps" >>"$BENCH_OUT/peers_tput.dat"
-			if [ "$sys" != nd ] && [ "$sys" != nda ]; then
+			rc= rw= re= ratio_h=
+			if [ "$sys" != nd ]; then
 				rc=$(ratio_of "$sys" "$lat" 9)
 				rw=$(ratio_of "$sys" "$lat" 7)
 				re=$(ratio_of "$sys" "$lat" 8)
 				presult "peers_${sys}_${lat}ms_cpu_ratio" "$rc"
 				presult "peers_${sys}_${lat}ms_wal_ratio" "$rw"
 				presult "peers_${sys}_${lat}ms_wal_enqueue_ratio" "$re"
-				row peers_ratio "$(name_of "$sys")" "$lat ms" "$ratio" "$rc" "$rw" "$re"
+				ratio_h=$ratio
 			fi
+			[ "$sys" = nd ] || [ "$sys" = nda ] || row peers_ratio "$(name_of "$sys")" "$lat ms" "$ratio" "$rc" "$rw" "$re"
+			# the headline table of doc/benchmarks.md
+			row peers_head "$(name_of "$sys")" "$lat ms" "$jps" "$ratio_h" "$tot" "$rc" "$wd" "$rw"
 		done
 	done
+fi
+
+# what stale statistics cost notif_deliver's claims: its own row against
+# its row with ANALYZE after the enqueue, per round, median (nd / nda);
+# the sentence goes into both documents, so that no text claims more than
+# the numbers show (a difference within 10% is this machine's noise)
+STALE=
+if [ -n "${R[peers_nda_0ms_ratio]:-}" ]; then
+	read -r STALE stale_note <<<"$(awk -v j0="${R[peers_nda_0ms_ratio]}" -v j50="${R[peers_nda_50ms_ratio]}" \
+		-v c0="${R[peers_nda_0ms_cpu_ratio]}" -v c50="${R[peers_nda_50ms_cpu_ratio]}" '
+		function pct(x) { return sprintf("%+.0f%%", (x - 1) * 100) }
+		BEGIN {
+		printf "%s Without the ANALYZE, notif_deliver drained at %s times the rate it had with it at 0 ms and %s times at 50 ms, for %s and %s times the total CPU per job",
+			(j0 < 0.9 || j50 < 0.9 || c0 > 1.1 || c50 > 1.1) ? "yes" : "no", j0, j50, c0, c50
+		if (j0 < 0.9) w = w sep "a slower drain at 0 ms (" pct(j0) ")"; sep = (w != "") ? ", " : ""
+		if (j50 < 0.9) w = w sep "a slower drain at 50 ms (" pct(j50) ")"; sep = (w != "") ? ", " : ""
+		if (c0 > 1.1) w = w sep "more CPU per job at 0 ms (" pct(c0) ")"; sep = (w != "") ? ", " : ""
+		if (c50 > 1.1) w = w sep "more CPU per job at 50 ms (" pct(c50) ")"
+		if (w != "")
+			printf ". Beyond 10%%, this machine'"'"'s noise, stale statistics cost its claims %s: a defect of notif_deliver'"'"'s claim that this benchmark found.", w
+		else if (j0 <= 1.1 && j50 <= 1.1 && c0 >= 0.9 && c50 >= 0.9)
+			printf ": every figure within 10%% of the other, which is this machine'"'"'s noise, so in this run stale statistics did not measurably cost its claims."
+		else
+			printf ": none of them shows a cost beyond 10%%, this machine'"'"'s noise (a figure better without the ANALYZE is noise too), so in this run stale statistics did not measurably cost its claims."
+	}')"
+	presult peers_stale_stats "$STALE"
+	presult peers_stale_note "\"$stale_note\""
 fi
 
 # ---------------------------------------------------------------- semantics
@@ -276,6 +313,7 @@ sem_one() {
 	presult "${tag}_settled" "$settled_ok"
 	if [ "$sys" = nd ]; then
 		local m
+		presult "${tag}_held" "$held"
 		for m in amo alo; do
 			read -r lost dup <<<"$(ledger_counts "$m:" "$SEM_N")"
 			gaveup=$(gave_up nd "$m")
@@ -306,6 +344,16 @@ if [[ " $PARTS " == *" semantics "* ]]; then
 	presult peers_sem_q "$Q"
 	for kill in 0 1; do
 		for sys in $SYSTEMS; do sem_one "$sys" "$kill"; done
+	done
+	# the summary of doc/benchmarks.md: one row per system and delivery
+	for sys in $SYSTEMS; do
+		for m in $([ "$sys" = nd ] && echo "_amo _alo" || echo "-"); do
+			m=${m#-}
+			row peers_sem_head "$(name_of "$sys")$(case $m in _amo) echo " at_most_once" ;; _alo) echo " at_least_once" ;; esac)" \
+				"${R[peers_sem_$sys${m}_lost]:-}" "${R[peers_sem_$sys${m}_dup]:-}" "${R[peers_sem_${sys}_kill_kills]:-}" \
+				"${R[peers_sem_${sys}_kill${m}_lost]:-}" "${R[peers_sem_${sys}_kill${m}_dup]:-}" \
+				"${R[peers_sem_${sys}_kill_held]:-}"
+		done
 	done
 fi
 
@@ -374,11 +422,12 @@ fi
 
 # ---------------------------------------------------------------- wins
 # every row where a peer did better than notif_deliver, with the reason
-cpu_note="Where notif_deliver's own row is far behind its row with ANALYZE after the enqueue, stale statistics made its claims dear (see the note under the throughput table): a defect of notif_deliver's claim, to be fixed"
+cpu_note=
+[ "$STALE" != yes ] || cpu_note=" In this run notif_deliver's own row is behind its row with ANALYZE after the enqueue: stale statistics made its claims dearer (see the note under the throughput table), a defect of notif_deliver's claim."
 why() {
 	case $1 in
 	jobs_per_s:pgq | pg_cpu_per_1k:pgq | total_cpu_per_1k:pgq)
-		echo "PgQ's consumer reads a whole tick's events with one query and writes nothing per event (finish_batch moves one subscription row per batch); notif_deliver claims every job and records every call (an UPDATE to claim, an UPDATE and a notif_attempt row to record), which is what lets it retry per job, keep a per-job status and survive a crash without re-sending a whole batch. $cpu_note" ;;
+		echo "PgQ's consumer reads a whole tick's events with one query and writes nothing per event (finish_batch moves one subscription row per batch); notif_deliver claims every job and records every call (an UPDATE to claim, an UPDATE and a notif_attempt row to record), which is what lets it retry per job, keep a per-job status and survive a crash without re-sending a whole batch.$cpu_note" ;;
 	wal_per_job:pgq | wal_enqueue_per_job:pgq)
 		echo "PgQ writes no per-event state on the way out and drops events by rotating its tables (TRUNCATE), not row by row; an event is one row with one index (on its transaction id) and no unique key, where notif_job carries the unique key (user_id, kind, order_id), the claim and retry indexes and an attempt row per call" ;;
 	wal_per_job:gw)
@@ -388,11 +437,11 @@ why() {
 	wal_enqueue_per_job:gw | wal_enqueue_per_job:boss)
 		echo "its job row has fewer indexes to maintain: notif_job has the unique key (user_id, kind, order_id) that stops duplicate enqueues, plus the claim and retry indexes" ;;
 	jobs_per_s:gw | jobs_per_s:boss | pg_cpu_per_1k:gw | pg_cpu_per_1k:boss | total_cpu_per_1k:gw | total_cpu_per_1k:boss)
-		echo "it claims and completes in large batches (graphile-worker: a local queue of 512 and batched completion; pg-boss: batches of 5000, each completed by one UPDATE) and keeps no per-call record; notif_deliver claims in batches of at most notif_deliver.batch_size and records each call's outcome (an UPDATE and a notif_attempt row per job). $cpu_note" ;;
+		echo "it claims and completes in large batches (graphile-worker: a local queue of 512 and batched completion; pg-boss: batches of 5000, each completed by one UPDATE) and keeps no per-call record; notif_deliver claims in batches of at most notif_deliver.batch_size and records each call's outcome (an UPDATE and a notif_attempt row per job).$cpu_note" ;;
 	worker_cpu_per_1k:*)
-		echo "notif_deliver's sender is a PostgreSQL process: its CPU includes running its own claim and record statements (SPI), which for a Node worker are the backends' CPU, counted under PostgreSQL; compare the total. $cpu_note" ;;
+		echo "notif_deliver's sender is a PostgreSQL process: its CPU includes running its own claim and record statements (SPI), which for a Node worker are the backends' CPU, counted under PostgreSQL; compare the total.$cpu_note" ;;
 	lost:* | dup:*)
-		echo "chance: with the same p and q every at-least-once system expects about N·p·q = $(awk -v n="$SEM_N" -v p="$P" -v q="$Q" 'BEGIN { printf "%.0f", n * p * q }') duplicates and practically no loss; a difference within about ±$(awk -v n="$SEM_N" -v p="$P" -v q="$Q" 'BEGIN { printf "%.0f", 4 * sqrt(n * p * q) }') (4 sigma) is noise" ;;
+		echo "with the same p and q every at-least-once system expects about N·p·q = $(awk -v n="$SEM_N" -v p="$P" -v q="$Q" 'BEGIN { printf "%.0f", n * p * q }') duplicates and practically no loss; differences of duplicates within 4 sigma of that noise (about ±$(awk -v n="$SEM_N" -v p="$P" -v q="$Q" 'BEGIN { printf "%.0f", 4 * sqrt(2 * n * p * q) }')) are not listed, so this one is not chance: see the semantics table and its notes" ;;
 	lost_kill:pgq)
 		echo "PgQ serves an unfinished batch again with no limit on how often, so a kill never uses up a try (it re-sends the whole batch instead: see its duplicates); notif_deliver counts a call cut off by a kill as one of the job's max_tries (3), and gives up a job whose tries kills and timeouts used up (the 'gave up' column): raise max_tries for a type that must survive repeated crashes" ;;
 	lost_kill:* | dup_kill:*)
@@ -400,6 +449,27 @@ why() {
 	*) echo "see the notes below the tables" ;;
 	esac
 }
+# the same reasons in a few words, for the summary in doc/benchmarks.md
+short_why() {
+	case $1 in
+	jobs_per_s:pgq | pg_cpu_per_1k:pgq | total_cpu_per_1k:pgq)
+		echo "PgQ reads a tick's events with one query and writes nothing per event; notif_deliver claims and records each job (its per-job status, retries and crash recovery)" ;;
+	wal_per_job:pgq | wal_enqueue_per_job:pgq)
+		echo "PgQ keeps no per-event state, drops events by rotating its tables, and indexes an event once; notif_job has a unique key, claim indexes and an attempt row per call" ;;
+	wal_per_job:gw) echo "graphile-worker deletes a finished job and keeps no history" ;;
+	wal_per_job:boss) echo "pg-boss completes a batch with one UPDATE and keeps no per-call row" ;;
+	wal_enqueue_per_job:*) echo "Fewer indexes on its job row (no unique key against duplicate enqueues)" ;;
+	jobs_per_s:* | pg_cpu_per_1k:* | total_cpu_per_1k:*)
+		echo "It claims and completes in large batches and keeps no per-call record; notif_deliver records each call's outcome" ;;
+	worker_cpu_per_1k:*) echo "notif_deliver's sender runs its own SQL in-process, which a Node worker leaves to the backends: compare the total CPU" ;;
+	lost_kill:pgq) echo "PgQ serves an unfinished batch again without limit (hence its duplicates); notif_deliver counts a call cut off by a kill as one of max_tries" ;;
+	lost_kill:gw | dup_kill:gw) echo "Not a better guarantee: the killed worker's jobs stay locked for 4 h (held), not yet retried" ;;
+	lost_kill:boss | dup_kill:boss) echo "Not a better guarantee: the killed worker's jobs stay active until they expire after 15 min (held), not yet retried" ;;
+	lost_kill:* | dup_kill:*) echo "See the semantics table" ;;
+	*) echo "See benchmarks-peers.md" ;;
+	esac
+}
+declare -A WS WK
 win() {	# what sys peer_value nd_value higher|lower label [noise]
 	local what=$1 sys=$2 pv=$3 nv=$4 dir=$5 label=$6 noise=${7:-0} margin
 	[ -n "$pv" ] && [ -n "$nv" ] && [ "$pv" != nan ] && [ "$nv" != nan ] && [ "$pv" != - ] && [ "$nv" != - ] || return 0
@@ -409,6 +479,20 @@ win() {	# what sys peer_value nd_value higher|lower label [noise]
 	margin=$(awk -v p="$pv" -v n="$nv" 'BEGIN { if (n == 0) print "-"; else printf "%.0f%%\n", (p > n ? p - n : n - p) / n * 100 }')
 	row peers_wins "$label" "$(name_of "$sys")" "$pv" "$nv" "$margin" "$(why "$what:$sys")"
 	wins=$((wins + 1))
+	WS[$sys]+="${WS[$sys]:+; }$label: $pv against $nv"
+	local w
+	w=$(short_why "$what:$sys")
+	w+=.	# a sentence each
+	[[ "${WK[$sys]:-}" == *"$w"* ]] || WK[$sys]+="${WK[$sys]:+ }$w"
+}
+mlabel() {	# a metric's name in the tables
+	case $1 in
+	pg_cpu_per_1k) echo "PostgreSQL CPU s / 1k jobs" ;;
+	worker_cpu_per_1k) echo "worker CPU s / 1k jobs" ;;
+	total_cpu_per_1k) echo "total CPU s / 1k jobs" ;;
+	wal_per_job) echo "WAL bytes / job, drain" ;;
+	wal_enqueue_per_job) echo "WAL bytes / job, enqueue" ;;
+	esac
 }
 wins=0
 for sys in $SYSTEMS; do
@@ -416,7 +500,7 @@ for sys in $SYSTEMS; do
 	for lat in 0 50; do
 		win jobs_per_s "$sys" "${R[peers_${sys}_${lat}ms_jobs_per_s]:-}" "${R[peers_nd_${lat}ms_jobs_per_s]:-}" higher "jobs/s at $lat ms"
 		for m in pg_cpu_per_1k worker_cpu_per_1k total_cpu_per_1k wal_per_job wal_enqueue_per_job; do
-			win $m "$sys" "${R[peers_${sys}_${lat}ms_$m]:-}" "${R[peers_nd_${lat}ms_$m]:-}" lower "$m at $lat ms"
+			win $m "$sys" "${R[peers_${sys}_${lat}ms_$m]:-}" "${R[peers_nd_${lat}ms_$m]:-}" lower "$(mlabel $m) at $lat ms"
 		done
 	done
 	for k in "" _kill; do
@@ -436,6 +520,11 @@ for sys in $SYSTEMS; do
 	win jobs_per_s "$sys" "${R[peers_lat_${sys}_flood_jobs_per_s]:-}" "${R[peers_lat_nd_flood_jobs_per_s]:-}" higher "flood drain, jobs/s"
 done
 [ $wins -gt 0 ] || row peers_wins "none" "no peer did better than notif_deliver on any row of this run" "" "" "" ""
+# the summary: per peer, the rows it won (its figure against notif_deliver's)
+for sys in $SYSTEMS; do
+	[ "$sys" = nd ] && continue
+	row peers_wins_head "$(name_of "$sys")" "${WS[$sys]:-none}" "${WK[$sys]:-}"
+done
 presult peers_wins "$wins"
 presult peers_duration "\"$((SECONDS / 60)) min $((SECONDS % 60)) s\""
 presult peers_load_end "\"$(cut -d' ' -f1-3 /proc/loadavg)\""

@@ -1,6 +1,7 @@
 #!/usr/bin/perl
-# test/bench/report.pl: fill the template of doc/benchmarks.md with what a
-# benchmark run printed (test/bench/run calls it).  No number is typed in
+# test/bench/report.pl: fill a template of doc/ (benchmarks.md.in,
+# benchmarks-peers.md.in) with what a benchmark run printed (test/bench/run
+# calls it).  No number is typed in
 # the template: every one comes from the results file.
 #
 #   perl test/bench/report.pl doc/benchmarks.md.in RESULTS.txt > doc/benchmarks.md
@@ -15,11 +16,29 @@
 #   {{table:name}}             the ROW lines of that table, one per line
 #   {{results:prefix}}         every RESULT whose name starts with prefix, as table rows
 #   {{img:name:alt}}           ![alt](img/name.png), or a note when the chart was not drawn
+#
+# Sections: a part of the template between the lines "<!-- section NAME -->"
+# and "<!-- end section NAME -->" (kept in the output, so that the generated
+# file has them too) can be taken from, or put into, a generated document:
+#   report.pl --section NAME --into DOC TEMPLATE RESULTS
+#       prints DOC with its section NAME replaced by the filled template's
+#       (a run of that part alone refreshes it, and leaves the rest as it was)
+#   report.pl --section NAME --from DOC TEMPLATE RESULTS
+#       prints the filled template with its section NAME replaced by DOC's
+#       (a run without that part keeps the section of the last run with it)
+# A DOC without the section is an error for --into and left alone by --from
+# (the section is then filled from RESULTS, "not measured" where absent).
 use strict;
 use warnings;
+use Getopt::Long;
 
+my ($section, $into, $from);
+GetOptions('section=s' => \$section, 'into=s' => \$into, 'from=s' => \$from)
+  or die "usage: report.pl [--section NAME --into DOC | --from DOC] TEMPLATE RESULTS\n";
+die "--into and --from need --section, and only one of them\n"
+  if (defined $into || defined $from) && (!defined $section || (defined $into && defined $from));
 my ($template, $results) = @ARGV;
-die "usage: report.pl TEMPLATE RESULTS\n" unless defined $results;
+die "usage: report.pl [--section NAME --into DOC | --from DOC] TEMPLATE RESULTS\n" unless defined $results;
 my (%r, %meta, %status, %rows, @order);
 open(my $fh, '<', $results) or die "$results: $!\n";
 while (my $line = <$fh>)
@@ -92,4 +111,42 @@ local $/;
 my $text = <$t>;
 close $t;
 $text =~ s/\{\{([^{}]+)\}\}/expand($1)/ge;
+
+# the section NAME of a text, with its marker lines: (before, section, after)
+sub split_section
+{
+	my ($t, $name) = @_;
+	my ($b, $e) = ("<!-- section $name -->\n", "<!-- end section $name -->\n");
+	my $i = index($t, $b);
+	my $j = $i < 0 ? -1 : index($t, $e, $i);
+	return () if $j < 0;
+	$j += length($e);
+	return (substr($t, 0, $i), substr($t, $i, $j - $i), substr($t, $j));
+}
+
+sub slurp
+{
+	my ($f) = @_;
+	open(my $h, '<', $f) or die "$f: $!\n";
+	local $/;
+	my $c = <$h>;
+	close $h;
+	return $c;
+}
+
+if (defined $into)
+{
+	my @doc = split_section(slurp($into), $section);
+	my @new = split_section($text, $section);
+	die "$template has no section $section\n" unless @new;
+	die "$into has no section $section (run everything once to write it)\n" unless @doc;
+	$text = $doc[0] . $new[1] . $doc[2];
+}
+elsif (defined $from)
+{
+	my @new = split_section($text, $section);
+	die "$template has no section $section\n" unless @new;
+	my @doc = -f $from ? split_section(slurp($from), $section) : ();
+	$text = $new[0] . $doc[1] . $new[2] if @doc;
+}
 print $text;
