@@ -7,6 +7,13 @@
  * The workers run with search_path = pg_catalog, so operators resolve
  * there; tables are schema-qualified.
  *
+ * Plans are saved once per process, but a bulk enqueue can make notif_job
+ * a hundred times bigger in one statement without invalidating them (an
+ * ANALYZE would).  So a statement whose right plan depends on how many
+ * rows it touches is planned at each execution ("custom"), with those
+ * numbers known and the table's current size, and finds its jobs by
+ * primary key with no other way in that statistics could make look cheap.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -51,6 +58,11 @@ static const char *const sql_lane_types =
  * last_error that one gets.  A late job is not held and has no call; a
  * claimed one is held by the sender ($3).  sent_at is set when a status
  * becomes 'sent'.
+ * Custom: a generic plan takes the due jobs for a tenth of the queue ($2
+ * unknown) and hashes the whole table to join them; chosen while the table
+ * was small, it stayed and read all of it at every claim after a bulk
+ * enqueue.  With $2 known, at most $2 primary-key probes win over a scan
+ * of the table at its current size whatever the statistics say.
  */
 static const char *const sql_claim =
 "WITH due AS ("
@@ -118,9 +130,12 @@ static const RecordColumn record_columns[N_RECORD_COLUMNS] = {RECORD_COLUMNS(AS_
  * (the view notif_calls shows it).
  * "r" is the results, one array per column of record_columns (the unnest
  * is written by record_sql()).
- * Each job is found by its primary key: "claimed_by + 0" keeps the planner
- * off notif_job_claimed_idx, where every job of this sender has the same
- * key (and dead entries until vacuum), which made a probe walk them all.
+ * Each job is found by its primary key alone: the guard against a stale
+ * result is one expression (IS TRUE), which the planner can neither join
+ * on nor use to prove notif_job_claimed_idx's predicate; with "claimed_by
+ * = r.claimed_by" it walked that index (all the jobs in flight, and its
+ * dead entries), looking empty by statistics from an idle time, for each
+ * batch of results.  Custom (see sql_claim): the number of results known.
  */
 static const char *const sql_record =
 " upd AS ("
@@ -137,8 +152,8 @@ static const char *const sql_record =
 "           last_started_at = CASE WHEN r.outcome IS NULL THEN j.last_started_at ELSE r.started_at END,"
 "           last_ended_at = CASE WHEN r.outcome IS NULL THEN j.last_ended_at ELSE r.ended_at END"
 "      FROM r"
-"     WHERE j.id = r.id AND j.status = r.expected AND j.tries = r.tries"
-"       AND j.claimed_by + 0 = r.claimed_by"
+"     WHERE j.id = r.id"
+"       AND (j.status = r.expected AND j.tries = r.tries AND j.claimed_by = r.claimed_by) IS TRUE"
 "    RETURNING j.id),"
 " att AS ("
 "    INSERT INTO %s.notif_attempt (job_id, try, started_at, ended_at, outcome, http_status, error)"
@@ -223,6 +238,7 @@ typedef struct PlanDef
 	const char *(*make_sql) (void);
 	int			nargs;
 	Oid			argtypes[N_RECORD_COLUMNS];
+	bool		custom;			/* planned at each execution (see the top) */
 	SPIPlanPtr	plan;
 } PlanDef;
 
@@ -235,8 +251,8 @@ enum
 static PlanDef plans[N_PLANS] = {
 	[PLAN_LANE_TYPES] = {&sql_lane_types, NULL, 1, {TEXTOID}},
 	[PLAN_CLAIM] = {&sql_claim, NULL, 7,
-	{TEXTOID, INT4OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID}},
-	[PLAN_RECORD] = {NULL, record_sql, N_RECORD_COLUMNS, {0}},	/* record_columns */
+	{TEXTOID, INT4OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID}, true},
+	[PLAN_RECORD] = {NULL, record_sql, N_RECORD_COLUMNS, {0}, true},	/* record_columns */
 	[PLAN_ORPHANS] = {&sql_orphans, NULL, 1, {INT8ARRAYOID}},
 	[PLAN_NEXT_DUE] = {&sql_next_due, NULL, 1, {TEXTOID}},
 	[PLAN_LANES] = {&sql_lanes, NULL, 0, {0}},
@@ -292,8 +308,9 @@ notif_sql_prepare(void)
 		if (plans[i].plan)
 			SPI_freeplan(plans[i].plan);
 		plans[i].plan = NULL;
-		p = SPI_prepare(notif_qualified_sql(nspid, sql),
-						plans[i].nargs, plans[i].argtypes);
+		p = SPI_prepare_cursor(notif_qualified_sql(nspid, sql),
+							   plans[i].nargs, plans[i].argtypes,
+							   plans[i].custom ? CURSOR_OPT_CUSTOM_PLAN : 0);
 		if (p == NULL)
 			elog(ERROR, "notif_deliver: could not prepare statement: %s",
 				 SPI_result_code_string(SPI_result));

@@ -247,7 +247,7 @@ if [ -n "${R[peers_nda_0ms_ratio]:-}" ]; then
 		if (c0 > 1.1) w = w sep "more CPU per job at 0 ms (" pct(c0) ")"; sep = (w != "") ? ", " : ""
 		if (c50 > 1.1) w = w sep "more CPU per job at 50 ms (" pct(c50) ")"
 		if (w != "")
-			printf ". Beyond 10%%, this machine'"'"'s noise, stale statistics cost its claims %s: a defect of notif_deliver'"'"'s claim that this benchmark found.", w
+			printf ". Beyond 10%%, this machine'"'"'s usual noise, stale statistics cost its statements %s.", w
 		else if (j0 <= 1.1 && j50 <= 1.1 && c0 >= 0.9 && c50 >= 0.9)
 			printf ": every figure within 10%% of the other, which is this machine'"'"'s noise, so in this run stale statistics did not measurably cost its claims."
 		else
@@ -423,7 +423,7 @@ fi
 # ---------------------------------------------------------------- wins
 # every row where a peer did better than notif_deliver, with the reason
 cpu_note=
-[ "$STALE" != yes ] || cpu_note=" In this run notif_deliver's own row is behind its row with ANALYZE after the enqueue: stale statistics made its claims dearer (see the note under the throughput table), a defect of notif_deliver's claim."
+[ "$STALE" != yes ] || cpu_note=" In this run notif_deliver's own row is behind its row with ANALYZE after the enqueue by more than 10%: stale statistics made its statements dearer (see the note under the throughput table)."
 why() {
 	case $1 in
 	jobs_per_s:pgq | pg_cpu_per_1k:pgq | total_cpu_per_1k:pgq)
