@@ -31,8 +31,10 @@ BENCH_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # no NOTICEs (e.g. "truncate cascades to table") in the output
 export PGOPTIONS="${PGOPTIONS:-} -c client_min_messages=warning"
 BENCH_SCALE=${BENCH_SCALE:-1}
-BENCH_PORT=${BENCH_PORT:-56201}
-BENCH_SIM_PORT=${BENCH_SIM_PORT:-56251}
+# below the ephemeral range (32768-60999): an outgoing connection of a busy
+# machine can hold a port there (a simulator once failed to listen on one)
+BENCH_PORT=${BENCH_PORT:-26201}
+BENCH_SIM_PORT=${BENCH_SIM_PORT:-26251}
 BENCH_TMP=${BENCH_TMP:-/tmp}
 BENCH_SIM=$BENCH_HERE/sim/provider_sim
 HZ=$(getconf CLK_TCK)
