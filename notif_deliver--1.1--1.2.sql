@@ -80,7 +80,14 @@ BEGIN
           FROM @extschema@.notif_type t
          WHERE j.id OPERATOR(pg_catalog.=) ANY (ids)
            AND t.code OPERATOR(pg_catalog.=) j.kind
-        RETURNING t.lane
+        RETURNING j.id, j.kind, j.next_at, j.status, t.lane
+    ),
+    work AS (
+        INSERT INTO @extschema@.notif_active AS a (job_id, kind, next_at)
+        SELECT r.id, r.kind, r.next_at FROM redriven r
+         WHERE r.status OPERATOR(pg_catalog.=) 'queued'
+        ON CONFLICT (job_id) DO UPDATE
+           SET kind = excluded.kind, next_at = excluded.next_at, claimed_by = NULL
     )
     SELECT count(*), array_agg(DISTINCT lane) INTO n, lanes FROM redriven;
 
@@ -109,6 +116,10 @@ DECLARE
     j record;
     t record;
 BEGIN
+    -- a sender's claim locks the work row, then the job: the same order here
+    PERFORM FROM @extschema@.notif_active a
+      WHERE a.job_id OPERATOR(pg_catalog.=) notif_decide.job_id
+        FOR UPDATE;
     SELECT n.kind, n.status, n.outcome, n.last_error, n.claimed_by, y.delivery INTO j
       FROM @extschema@.notif_job n
       JOIN @extschema@.notif_type y ON y.code OPERATOR(pg_catalog.=) n.kind
@@ -256,6 +267,8 @@ BEGIN
     UPDATE @extschema@.notif_job n
        SET status = d.to_status, last_error = d.note, next_at = now()
      WHERE n.id OPERATOR(pg_catalog.=) notif_cancel.job_id;
+    DELETE FROM @extschema@.notif_active a
+     WHERE a.job_id OPERATOR(pg_catalog.=) notif_cancel.job_id;
 END;
 $$;
 
@@ -667,6 +680,139 @@ SELECT j.id, 1, j.last_started_at, j.last_ended_at, j.outcome, j.http_status, NU
    AND j.last_started_at IS NOT NULL AND j.claimed_by IS NULL;
 
 COMMENT ON VIEW notif_calls IS 'every provider call: the rows of notif_attempt, and the first calls that were accepted (held by their job row)';
+
+
+/*
+ * The work apart from the history.  A job's status changes twice per call
+ * (claimed, then its result), and each change used to write a new entry
+ * in every index of notif_job, because three of them named the status or
+ * the holder: the queued jobs (status = 'queued'), the held ones
+ * (claimed_by) and the finished ones (for the purge).  Those three go:
+ * notif_job keeps only indexes on columns a status change never writes,
+ * so the sender's updates are heap-only (HOT) and write no index entry,
+ * given room on the page (the fillfactor below keeps some).
+ *
+ * What they answered is in notif_active: one row per job a sender may
+ * still have to call, queued (claimed_by NULL) or held by a sender
+ * (claimed_by: its incarnation), with the job's kind and next_at; a job
+ * leaves it when it ends.  notif_job stays the truth: notif_active is its
+ * index of work, written in the same transactions (enqueue, claim, result,
+ * recovery, notif_retry, notif_cancel), and UNLOGGED, because it can be
+ * rebuilt from notif_job: after a crash or on a promoted standby (where
+ * PostgreSQL empties unlogged tables) the launcher rebuilds it before any
+ * sender starts (notif_active_rebuild).  Its WAL would otherwise double
+ * the job's.
+ */
+CREATE UNLOGGED TABLE notif_active (
+    job_id bigint PRIMARY KEY,
+    kind text NOT NULL,
+    next_at timestamptz NOT NULL,
+    claimed_by bigint
+) WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_insert_scale_factor = 0.01);
+
+COMMENT ON TABLE notif_active IS 'the jobs still to call, queued or held by a sender: notif_job''s index of work, rebuilt from it after a crash or a promotion';
+
+-- dumped with notif_job (pg_dump takes both from one snapshot)
+SELECT pg_catalog.pg_extension_config_dump('notif_active', '');
+
+-- What a sender claims: due queued jobs of a kind, oldest first.
+CREATE INDEX notif_active_due_idx ON notif_active (kind, next_at) WHERE claimed_by IS NULL;
+-- What crash recovery looks at: jobs held by a sender.
+CREATE INDEX notif_active_held_idx ON notif_active (claimed_by) WHERE claimed_by IS NOT NULL;
+
+-- One row once notif_active has been built; gone with it after a crash.
+CREATE UNLOGGED TABLE notif_active_built (
+    built_at timestamptz NOT NULL
+);
+
+COMMENT ON TABLE notif_active_built IS 'a row once notif_active has been built from notif_job (emptied with it after a crash or a promotion)';
+
+/*
+ * notif_active_rebuild(): make notif_active match notif_job: add the
+ * queued and held jobs it lacks, drop the rows of jobs that are neither,
+ * correct kind, next_at and holder.  Returns how many rows it changed.
+ * The launcher runs it, before it starts any sender, whenever
+ * notif_active_built is empty (a fresh install, a crash, a promotion);
+ * run it by hand after loading notif_job by other means than
+ * notif_enqueue (COPY, a data-only restore).  Safe while senders run.
+ */
+CREATE FUNCTION notif_active_rebuild()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    added bigint;
+    dropped bigint;
+    corrected bigint;
+BEGIN
+    LOCK TABLE @extschema@.notif_active_built IN EXCLUSIVE MODE;
+
+    INSERT INTO @extschema@.notif_active (job_id, kind, next_at, claimed_by)
+    SELECT j.id, j.kind, j.next_at, j.claimed_by
+      FROM @extschema@.notif_job j
+     WHERE j.status OPERATOR(pg_catalog.=) 'queued' OR j.claimed_by IS NOT NULL
+    ON CONFLICT (job_id) DO NOTHING;
+    GET DIAGNOSTICS added = ROW_COUNT;
+
+    DELETE FROM @extschema@.notif_active a
+     WHERE NOT EXISTS (SELECT FROM @extschema@.notif_job j
+                        WHERE j.id OPERATOR(pg_catalog.=) a.job_id
+                          AND (j.status OPERATOR(pg_catalog.=) 'queued' OR j.claimed_by IS NOT NULL));
+    GET DIAGNOSTICS dropped = ROW_COUNT;
+
+    UPDATE @extschema@.notif_active a
+       SET kind = j.kind, next_at = j.next_at, claimed_by = j.claimed_by
+      FROM @extschema@.notif_job j
+     WHERE j.id OPERATOR(pg_catalog.=) a.job_id
+       AND (a.kind, a.next_at, a.claimed_by) IS DISTINCT FROM (j.kind, j.next_at, j.claimed_by);
+    GET DIAGNOSTICS corrected = ROW_COUNT;
+
+    IF NOT EXISTS (SELECT FROM @extschema@.notif_active_built) THEN
+        INSERT INTO @extschema@.notif_active_built VALUES (now());
+    END IF;
+    RETURN added OPERATOR(pg_catalog.+) dropped OPERATOR(pg_catalog.+) corrected;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION notif_active_rebuild() FROM PUBLIC;
+
+-- A type renamed (ON UPDATE CASCADE renames its jobs) renames its work too.
+CREATE FUNCTION notif_type_renamed()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE @extschema@.notif_active SET kind = NEW.code
+     WHERE kind OPERATOR(pg_catalog.=) OLD.code;
+    RETURN NULL;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION notif_type_renamed() FROM PUBLIC;
+
+CREATE TRIGGER notif_type_renamed
+    AFTER UPDATE OF code ON notif_type
+    FOR EACH ROW WHEN (OLD.code IS DISTINCT FROM NEW.code)
+    EXECUTE FUNCTION notif_type_renamed();
+
+-- (DROP INDEX locks notif_job first: no enqueue runs until this commits)
+DROP INDEX notif_job_queued_idx;
+DROP INDEX notif_job_claimed_idx;
+DROP INDEX notif_job_finished_idx;
+-- What the retention purge walks, per type (it skips the few unfinished).
+CREATE INDEX notif_job_kind_next_idx ON notif_job (kind, next_at);
+-- Room on each page for a job's new versions, so they stay heap-only even
+-- when a backlog is claimed page by page (a page's jobs are claimed in one
+-- round, before the versions they leave can be pruned).
+ALTER TABLE notif_job SET (fillfactor = 50);
+
+-- the work as it is now; the launcher sees it built
+INSERT INTO notif_active (job_id, kind, next_at, claimed_by)
+SELECT id, kind, next_at, claimed_by FROM notif_job
+ WHERE status = 'queued' OR claimed_by IS NOT NULL;
+INSERT INTO notif_active_built VALUES (now());
 
 
 /* ---------------------------------------------------------------------

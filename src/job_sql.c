@@ -51,26 +51,39 @@ static const char *const sql_lane_types =
  * last_error that one gets.  A late job is not held and has no call; a
  * claimed one is held by the sender ($3).  sent_at is set when a status
  * becomes 'sent'.
+ * The due jobs come from notif_active, whose row a claim locks (skipping
+ * those another transaction holds: notif_cancel, notif_retry), before it
+ * writes the job; its work row then says who holds it, or goes with a
+ * late job.  A work row whose job is not queued (it cannot be, short of a
+ * restore in progress) is passed over, never claimed.
  */
 static const char *const sql_claim =
 "WITH due AS ("
-"    SELECT j.id, coalesce(j.deadline_at <= now(), false) AS late"
-"      FROM %s.notif_job j"
-"     WHERE j.kind = $1 AND j.status = 'queued' AND j.next_at <= now()"
-"     ORDER BY j.next_at"
+"    SELECT a.job_id AS id, coalesce(j.deadline_at <= now(), false) AS late"
+"      FROM %s.notif_active a JOIN %s.notif_job j ON j.id = a.job_id"
+"     WHERE a.kind = $1 AND a.claimed_by IS NULL AND a.next_at <= now()"
+"       AND j.status = 'queued'"
+"     ORDER BY a.next_at"
 "     LIMIT $2"
-"       FOR UPDATE SKIP LOCKED)"
-" UPDATE %s.notif_job j"
-"    SET status = CASE WHEN due.late THEN $6 ELSE $4 END,"
-"        tries = j.tries + CASE WHEN due.late THEN 0 ELSE $5 END,"
-"        sent_at = CASE WHEN NOT due.late AND $4 = 'sent' THEN now() ELSE j.sent_at END,"
-"        claimed_by = CASE WHEN due.late THEN NULL ELSE $3 END,"
-"        claimed_at = CASE WHEN due.late THEN NULL ELSE now() END,"
-"        last_error = CASE WHEN due.late THEN $7 ELSE j.last_error END"
-"   FROM due"
-"  WHERE j.id = due.id"
-" RETURNING j.id, j.user_id, j.order_id, j.payload, due.late, j.tries, j.deadline_at,"
-"           j.earlier_tries";
+"       FOR UPDATE OF a SKIP LOCKED),"
+" claimed AS ("
+"    UPDATE %s.notif_job j"
+"       SET status = CASE WHEN due.late THEN $6 ELSE $4 END,"
+"           tries = j.tries + CASE WHEN due.late THEN 0 ELSE $5 END,"
+"           sent_at = CASE WHEN NOT due.late AND $4 = 'sent' THEN now() ELSE j.sent_at END,"
+"           claimed_by = CASE WHEN due.late THEN NULL ELSE $3 END,"
+"           claimed_at = CASE WHEN due.late THEN NULL ELSE now() END,"
+"           last_error = CASE WHEN due.late THEN $7 ELSE j.last_error END"
+"      FROM due"
+"     WHERE j.id = due.id"
+"    RETURNING j.id, j.user_id, j.order_id, j.payload, due.late, j.tries, j.deadline_at,"
+"              j.earlier_tries),"
+" held AS ("
+"    UPDATE %s.notif_active a SET claimed_by = $3"
+"      FROM claimed c WHERE a.job_id = c.id AND NOT c.late),"
+" ended AS ("
+"    DELETE FROM %s.notif_active a USING claimed c WHERE a.job_id = c.id AND c.late)"
+" SELECT * FROM claimed";
 
 /*
  * The columns of a result, in the order of the record statement's
@@ -139,7 +152,12 @@ static const char *const sql_record =
 "      FROM r"
 "     WHERE j.id = r.id AND j.status = r.expected AND j.tries = r.tries"
 "       AND j.claimed_by + 0 = r.claimed_by"
-"    RETURNING j.id),"
+"    RETURNING j.id, j.status, j.next_at),"
+" requeued AS ("
+"    UPDATE %s.notif_active a SET claimed_by = NULL, next_at = u.next_at"
+"      FROM upd u WHERE a.job_id = u.id AND u.status = 'queued'),"
+" ended AS ("
+"    DELETE FROM %s.notif_active a USING upd u WHERE a.job_id = u.id AND u.status <> 'queued'),"
 " att AS ("
 "    INSERT INTO %s.notif_attempt (job_id, try, started_at, ended_at, outcome, http_status, error)"
 "    SELECT r.id, r.attempt, r.started_at, r.ended_at, r.outcome, r.http_status, r.error"
@@ -168,23 +186,37 @@ record_sql(void)
 	return buf.data;
 }
 
-/* jobs held by senders that are no longer running, with their type's policy */
+/*
+ * Jobs held by senders that are no longer running, with their type's
+ * policy; their work rows locked, as a claim locks them.
+ */
 static const char *const sql_orphans =
 "SELECT j.id, j.kind, j.status, j.tries, j.claimed_by, j.claimed_at, j.deadline_at,"
 "       t.max_tries,"
 "       (extract(epoch FROM t.backoff_min) * 1000)::int8,"
 "       (extract(epoch FROM t.backoff_max) * 1000)::int8,"
 "       j.earlier_tries"
-"  FROM %s.notif_job j JOIN %s.notif_type t ON t.code = j.kind"
-" WHERE j.claimed_by IS NOT NULL AND j.claimed_by <> ALL ($1)"
-"   FOR UPDATE OF j SKIP LOCKED";
+"  FROM %s.notif_active a"
+"  JOIN %s.notif_job j ON j.id = a.job_id"
+"  JOIN %s.notif_type t ON t.code = j.kind"
+" WHERE a.claimed_by IS NOT NULL AND a.claimed_by <> ALL ($1)"
+"   AND j.claimed_by IS NOT NULL"
+"   FOR UPDATE OF a SKIP LOCKED";
 
 static const char *const sql_next_due =
-"SELECT min(next_at) FROM %s.notif_job WHERE kind = $1 AND status = 'queued'";
+"SELECT min(next_at) FROM %s.notif_active WHERE kind = $1 AND claimed_by IS NULL";
 
-/* the highest incarnation holding a job (the claimed_by index answers it) */
+/* the highest incarnation holding a job (notif_active_held_idx answers it) */
 static const char *const sql_max_holder =
-"SELECT max(claimed_by) FROM %s.notif_job";
+"SELECT max(claimed_by) FROM %s.notif_active";
+
+/*
+ * Build notif_active when it is empty because it was never built, or
+ * PostgreSQL emptied it (a crash, a promotion): NULL when it was built.
+ */
+static const char *const sql_build_active =
+"SELECT CASE WHEN NOT EXISTS (SELECT FROM %s.notif_active_built)"
+"            THEN %s.notif_active_rebuild() END";
 
 /* the lanes that need a sender */
 static const char *const sql_lanes =
@@ -203,7 +235,7 @@ static const char *const sql_purge =
 "        SELECT j.id FROM %s.notif_job j"
 "         WHERE j.kind = t.code AND j.status IN ('sent', 'failed', 'expired')"
 "           AND j.next_at < now() - t.retention AND j.claimed_by IS NULL"
-"         ORDER BY j.next_at"		/* keeps the plan on notif_job_finished_idx */
+"         ORDER BY j.next_at"		/* keeps the plan on notif_job_kind_next_idx */
 "         LIMIT $1) j"
 "     LIMIT $1),"
 " gone AS (DELETE FROM %s.notif_job j USING doomed d WHERE j.id = d.id RETURNING j.id),"
@@ -229,7 +261,7 @@ typedef struct PlanDef
 enum
 {
 	PLAN_LANE_TYPES, PLAN_CLAIM, PLAN_RECORD, PLAN_ORPHANS, PLAN_NEXT_DUE,
-	PLAN_LANES, PLAN_PURGE, PLAN_MAX_HOLDER, N_PLANS
+	PLAN_LANES, PLAN_PURGE, PLAN_MAX_HOLDER, PLAN_BUILD_ACTIVE, N_PLANS
 };
 
 static PlanDef plans[N_PLANS] = {
@@ -242,6 +274,7 @@ static PlanDef plans[N_PLANS] = {
 	[PLAN_LANES] = {&sql_lanes, NULL, 0, {0}},
 	[PLAN_PURGE] = {&sql_purge, NULL, 1, {INT4OID}},
 	[PLAN_MAX_HOLDER] = {&sql_max_holder, NULL, 0, {0}},
+	[PLAN_BUILD_ACTIVE] = {&sql_build_active, NULL, 0, {0}},
 };
 
 static Oid	plans_extension = InvalidOid;	/* prepared at this library's version */
@@ -462,7 +495,7 @@ notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, int64 incar
 	uint64		i;
 
 	Assert(claimed->holds && !late->holds && late->tries == TRIES_KEPT);
-	run_with(PLAN_CLAIM, values, NULL, false, SPI_OK_UPDATE_RETURNING, snapshot);
+	run_with(PLAN_CLAIM, values, NULL, false, SPI_OK_SELECT, snapshot);
 	jobs = MemoryContextAllocZero(cxt, sizeof(NotifClaimedJob) * Max(SPI_processed, 1));
 	for (i = 0; i < SPI_processed; i++)
 	{
@@ -598,6 +631,21 @@ notif_sql_max_holder(void)
 {
 	run(PLAN_MAX_HOLDER, NULL, NULL, true, SPI_OK_SELECT);
 	return col_int(0, 1);
+}
+
+/*
+ * Build notif_active if it is not built (see sql_build_active): how many
+ * rows that wrote, or -1 when it was built already.
+ */
+int64
+notif_sql_build_active(void)
+{
+	bool		isnull;
+	Datum		d;
+
+	run(PLAN_BUILD_ACTIVE, NULL, NULL, false, SPI_OK_SELECT);
+	d = col(0, 1, &isnull);
+	return isnull ? -1 : DatumGetInt64(d);
 }
 
 /* When the earliest queued job of a type is due; 0 if none is queued. */
