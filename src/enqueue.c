@@ -7,9 +7,7 @@
  * business key (user_id, kind, order_id).  When the key already exists,
  * nothing is written and the existing job's id is returned: a replayed
  * event, a client retry or two sessions racing all end with one row, and
- * the first payload stands.  A new job also gets its row in notif_active
- * (schema 1.2 on), in the same statement: it is queued work.  The type's
- * deadline comes from the session's
+ * the first payload stands.  The type's deadline comes from the session's
  * type cache (type_cache.c); the insert itself goes through the fast path
  * (enqueue_fast.c) when the table allows it, else through SPI.
  *
@@ -40,7 +38,6 @@
 #define ENQUEUE_MAX_LOOPS 3
 
 static Oid	plans_nspid = InvalidOid;
-static bool plans_with_work = false;	/* the insert writes notif_active too */
 static SPIPlanPtr insert_plan = NULL;
 static SPIPlanPtr select_plan = NULL;
 
@@ -50,15 +47,8 @@ static int64 enqueue_spi(Oid nspid, Datum *values, char *nulls, int64 user_id,
 PG_FUNCTION_INFO_V1(notif_enqueue);
 PG_FUNCTION_INFO_V1(notif_enqueue_bigint);
 
-/* notif_active exists from schema 1.2 on: a new job is queued work */
-static bool
-has_work_table(Oid nspid)
-{
-	return OidIsValid(get_relname_relid("notif_active", nspid));
-}
-
 static void
-prepare_plans(Oid nspid, bool with_work)
+prepare_plans(Oid nspid)
 {
 	Oid			insert_types[6] = {INT8OID, TEXTOID, TEXTOID, JSONBOID,
 	TIMESTAMPTZOID, TIMESTAMPTZOID};
@@ -72,24 +62,12 @@ prepare_plans(Oid nspid, bool with_work)
 		SPI_freeplan(select_plan);
 	insert_plan = select_plan = NULL;
 
-	ins = SPI_prepare(notif_qualified_sql(nspid, !with_work ?
-										  "WITH job AS ("
-										  " INSERT INTO %s.notif_job"
+	ins = SPI_prepare(notif_qualified_sql(nspid,
+										  "INSERT INTO %s.notif_job"
 										  " (user_id, kind, order_id, payload, next_at, deadline_at)"
 										  " VALUES ($1, $2, $3, $4, $5, $6)"
 										  " ON CONFLICT (user_id, kind, order_id) DO NOTHING"
-										  " RETURNING id)"
-										  " SELECT id FROM job" :
-										  "WITH job AS ("
-										  " INSERT INTO %s.notif_job"
-										  " (user_id, kind, order_id, payload, next_at, deadline_at)"
-										  " VALUES ($1, $2, $3, $4, $5, $6)"
-										  " ON CONFLICT (user_id, kind, order_id) DO NOTHING"
-										  " RETURNING id, kind, next_at),"
-										  " work AS ("
-										  " INSERT INTO %s.notif_active (job_id, kind, next_at)"
-										  " SELECT id, kind, next_at FROM job)"
-										  " SELECT id FROM job"),
+										  " RETURNING id"),
 					  6, insert_types);
 	if (ins == NULL)
 		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
@@ -107,7 +85,6 @@ prepare_plans(Oid nspid, bool with_work)
 	insert_plan = ins;
 	select_plan = sel;
 	plans_nspid = nspid;
-	plans_with_work = with_work;
 }
 
 /*
@@ -291,13 +268,11 @@ enqueue_spi(Oid nspid, Datum *values, char *nulls, int64 user_id,
 	int64		id = 0;
 	bool		found = false;
 	int			loops;
-	bool		with_work;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	with_work = has_work_table(nspid);
-	if (insert_plan == NULL || plans_nspid != nspid || plans_with_work != with_work)
-		prepare_plans(nspid, with_work);
+	if (insert_plan == NULL || plans_nspid != nspid)
+		prepare_plans(nspid);
 
 	/*
 	 * Insert; on a conflict read the existing row's id.  The row can vanish
@@ -310,7 +285,7 @@ enqueue_spi(Oid nspid, Datum *values, char *nulls, int64 user_id,
 
 		/* no row limit: a limited run would skip AFTER STATEMENT triggers */
 		ret = SPI_execute_plan(insert_plan, values, nulls, false, 0);
-		if (ret != SPI_OK_SELECT)
+		if (ret != SPI_OK_INSERT_RETURNING)
 			elog(ERROR, "notif_job insert failed: %s", SPI_result_code_string(ret));
 		if (SPI_processed == 0)
 		{

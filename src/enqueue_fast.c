@@ -16,7 +16,8 @@
  * forgotten whenever notif_job's definition changes (relcache callback).
  *
  * A new job is queued work: its row in notif_active (1.2 on) is inserted
- * the same way, in the same call.
+ * the same way, in the same call; that is what notif_job's statement
+ * trigger notif_job_work does for other inserts, so this path skips it.
  *
  * A table this path does not know how to serve exactly as INSERT would
  * (statement or BEFORE triggers, row level security, generated columns;
@@ -41,6 +42,7 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
@@ -91,6 +93,32 @@ fast_cache_invalidate(Datum arg, Oid relid)
 }
 
 /*
+ * Whether the statement-level insert triggers of notif_job are just ours,
+ * notif_job_work, which adds the new jobs to notif_active: this path does
+ * that itself (insert_work), so it may skip the trigger.
+ */
+static bool
+only_work_trigger(TriggerDesc *trig)
+{
+	int			i;
+	int			ours = 0;
+
+	for (i = 0; i < trig->numtriggers; i++)
+	{
+		Trigger    *t = &trig->triggers[i];
+
+		if (!TRIGGER_FOR_INSERT(t->tgtype) || TRIGGER_FOR_ROW(t->tgtype))
+			continue;
+		if (strcmp(t->tgname, "notif_job_work") != 0 ||
+			get_func_namespace(t->tgfoid) != cache.nspid ||
+			strcmp(get_func_name(t->tgfoid), "notif_job_inserted") != 0)
+			return false;
+		ours++;
+	}
+	return ours == 1;
+}
+
+/*
  * Prepare, for notif_job in schema nspid, what every call needs: where each
  * column goes, the default expressions, the CHECK expressions.  Decides
  * whether the fast path can serve this table.
@@ -128,8 +156,9 @@ fast_cache_build(Oid nspid)
 
 	/* what only the executor's full path does */
 	if ((trig && (trig->trig_insert_before_row || trig->trig_insert_instead_row ||
-				  trig->trig_insert_before_statement || trig->trig_insert_after_statement ||
-				  trig->trig_insert_new_table)) ||
+				  trig->trig_insert_before_statement ||
+				  ((trig->trig_insert_after_statement || trig->trig_insert_new_table) &&
+				   !only_work_trigger(trig)))) ||
 		rel->rd_rel->relrowsecurity ||
 		rel->rd_rel->relkind != RELKIND_RELATION ||
 		(desc->constr && desc->constr->has_generated_stored))
@@ -204,8 +233,9 @@ fast_cache_build(Oid nspid)
 	if (!OidIsValid(cache.arbiter))
 		goto unusable;
 
-	/* notif_active (1.2 on): a new job is queued work */
-	cache.work_relid = get_relname_relid("notif_active", nspid);
+	/* notif_active (1.2 on, with its trigger): a new job is queued work */
+	if (trig && trig->trig_insert_new_table)
+		cache.work_relid = get_relname_relid("notif_active", nspid);
 	if (OidIsValid(cache.work_relid))
 	{
 		Relation	work = table_open(cache.work_relid, AccessShareLock);

@@ -17,6 +17,10 @@
 #   nd_pids                 pids of the cluster's notif_deliver processes (launcher, senders)
 #   wait_sql SQL [TIMEOUT]  poll until SQL returns t (errors, e.g. during a restart, are retried)
 #   percentile P FILE       the P-th percentile (nearest rank) of a file of numbers
+#   nd_idle_sql [KIND]      SQL returning t once no job (of KIND) is queued or held
+#   nd_busy_sql [KIND]      SQL counting the jobs (of KIND) queued or held
+#                           (both read notif_active, by its primary key: never
+#                           a scan of notif_job's history while a drain runs)
 #
 # Ports: every script takes its PostgreSQL port from BENCH_PORT and its
 # simulators' ports from BENCH_SIM_PORT (and BENCH_SIM_PORT + 1), so that
@@ -199,4 +203,12 @@ INSERT INTO notif_type VALUES ('promo', 'at_most_once', 1, '1 day');
 CREATE TABLE plain_job (LIKE notif_job INCLUDING ALL);
 ALTER TABLE plain_job ADD FOREIGN KEY (kind) REFERENCES notif_type ON UPDATE CASCADE;
 SQL
+}
+
+nd_idle_sql() {
+	echo "SELECT NOT EXISTS (SELECT 1 FROM notif_active${1:+ WHERE kind = '$1'})"
+}
+
+nd_busy_sql() {
+	echo "SELECT count(*) FROM notif_active${1:+ WHERE kind = '$1'}"
 }

@@ -79,8 +79,17 @@ done
 
 # the sender's commits (and the few of this script's polls): its rounds
 commits="SELECT sum(xact_commit) FROM pg_stat_database"
-drained="SELECT NOT EXISTS (SELECT 1 FROM notif_job WHERE kind = 'bench' AND status = 'queued')
-            AND NOT EXISTS (SELECT 1 FROM notif_job WHERE claimed_by IS NOT NULL)"
+# drained: from notif_active where the build has it (1.2), by its index as
+# the old build's query was by its partial indexes: the polls cost both
+# builds alike
+drained_sql() {
+	if [ "$(cluster_psql -At -c "SELECT to_regclass('notif_active') IS NOT NULL")" = t ]; then
+		nd_idle_sql
+	else
+		echo "SELECT NOT EXISTS (SELECT 1 FROM notif_job WHERE kind = 'bench' AND status = 'queued')
+		   AND NOT EXISTS (SELECT 1 FROM notif_job WHERE claimed_by IS NOT NULL)"
+	fi
+}
 
 # drain one backlog with one build at one latency; prints
 # "build latency seconds jobs_per_s cpu_per_1k sender_cpu_per_1k wal_per_job"
@@ -97,6 +106,7 @@ drain() {
 	pg0=$(cluster_cpu_ticks)
 	t0=$(date +%s.%N)
 	cluster_psql -c "UPDATE notif_type SET paused = false WHERE code = 'bench'" >/dev/null
+	drained=$(drained_sql)
 	until [ "$(cluster_psql -At -c "$drained")" = t ]; do
 		sleep 0.1
 	done
