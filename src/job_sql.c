@@ -7,6 +7,13 @@
  * The workers run with search_path = pg_catalog, so operators resolve
  * there; tables are schema-qualified.
  *
+ * Plans are saved once per process, but a bulk enqueue can make notif_job
+ * a hundred times bigger in one statement without invalidating them (an
+ * ANALYZE would).  So a statement whose right plan depends on how many
+ * rows it touches is planned at each execution ("custom"), with those
+ * numbers known and the table's current size, and finds its jobs by
+ * primary key with no other way in that statistics could make look cheap.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -55,7 +62,12 @@ static const char *const sql_lane_types =
  * those another transaction holds: notif_cancel, notif_retry), before it
  * writes the job; its work row then says who holds it, or goes with a
  * late job.  A work row whose job is not queued (it cannot be, short of a
- * restore in progress) is passed over, never claimed.
+ * hand-made one) is passed over, never claimed.
+ * Custom: a generic plan takes the due jobs for a tenth of the queue ($2
+ * unknown) and hashes the whole table to join them; chosen while the table
+ * was small, it stayed and read all of it at every claim after a bulk
+ * enqueue.  With $2 known, at most $2 primary-key probes win over a scan
+ * of the table at its current size whatever the statistics say.
  */
 static const char *const sql_claim =
 "WITH due AS ("
@@ -131,9 +143,15 @@ static const RecordColumn record_columns[N_RECORD_COLUMNS] = {RECORD_COLUMNS(AS_
  * (the view notif_calls shows it).
  * "r" is the results, one array per column of record_columns (the unnest
  * is written by record_sql()).
- * Each job is found by its primary key: "claimed_by + 0" keeps the planner
- * off notif_job_claimed_idx, where every job of this sender has the same
- * key (and dead entries until vacuum), which made a probe walk them all.
+ * A job that goes back to the queue (a retry later) is queued work again
+ * in notif_active, due at its next_at; any other leaves it.
+ * Each job is found by its primary key alone: the guard against a stale
+ * result is one expression (IS TRUE), which the planner can neither join
+ * on nor use to prove a partial index's predicate; with "claimed_by =
+ * r.claimed_by" it once walked the index of held jobs (all the jobs in
+ * flight, and its dead entries), looking empty by statistics from an idle
+ * time, for each batch of results.  Custom (see sql_claim): the number of
+ * results known.
  */
 static const char *const sql_record =
 " upd AS ("
@@ -150,8 +168,8 @@ static const char *const sql_record =
 "           last_started_at = CASE WHEN r.outcome IS NULL THEN j.last_started_at ELSE r.started_at END,"
 "           last_ended_at = CASE WHEN r.outcome IS NULL THEN j.last_ended_at ELSE r.ended_at END"
 "      FROM r"
-"     WHERE j.id = r.id AND j.status = r.expected AND j.tries = r.tries"
-"       AND j.claimed_by + 0 = r.claimed_by"
+"     WHERE j.id = r.id"
+"       AND (j.status = r.expected AND j.tries = r.tries AND j.claimed_by = r.claimed_by) IS TRUE"
 "    RETURNING j.id, j.status, j.next_at),"
 " requeued AS ("
 "    UPDATE %s.notif_active a SET claimed_by = NULL, next_at = u.next_at"
@@ -255,6 +273,7 @@ typedef struct PlanDef
 	const char *(*make_sql) (void);
 	int			nargs;
 	Oid			argtypes[N_RECORD_COLUMNS];
+	bool		custom;			/* planned at each execution (see the top) */
 	SPIPlanPtr	plan;
 } PlanDef;
 
@@ -267,8 +286,8 @@ enum
 static PlanDef plans[N_PLANS] = {
 	[PLAN_LANE_TYPES] = {&sql_lane_types, NULL, 1, {TEXTOID}},
 	[PLAN_CLAIM] = {&sql_claim, NULL, 7,
-	{TEXTOID, INT4OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID}},
-	[PLAN_RECORD] = {NULL, record_sql, N_RECORD_COLUMNS, {0}},	/* record_columns */
+	{TEXTOID, INT4OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID}, true},
+	[PLAN_RECORD] = {NULL, record_sql, N_RECORD_COLUMNS, {0}, true},	/* record_columns */
 	[PLAN_ORPHANS] = {&sql_orphans, NULL, 1, {INT8ARRAYOID}},
 	[PLAN_NEXT_DUE] = {&sql_next_due, NULL, 1, {TEXTOID}},
 	[PLAN_LANES] = {&sql_lanes, NULL, 0, {0}},
@@ -325,8 +344,9 @@ notif_sql_prepare(void)
 		if (plans[i].plan)
 			SPI_freeplan(plans[i].plan);
 		plans[i].plan = NULL;
-		p = SPI_prepare(notif_qualified_sql(nspid, sql),
-						plans[i].nargs, plans[i].argtypes);
+		p = SPI_prepare_cursor(notif_qualified_sql(nspid, sql),
+							   plans[i].nargs, plans[i].argtypes,
+							   plans[i].custom ? CURSOR_OPT_CUSTOM_PLAN : 0);
 		if (p == NULL)
 			elog(ERROR, "notif_deliver: could not prepare statement: %s",
 				 SPI_result_code_string(SPI_result));

@@ -374,7 +374,7 @@ fi
 
 # ---------------------------------------------------------------- wins
 # every row where a peer did better than notif_deliver, with the reason
-cpu_note="Where notif_deliver's own row is far behind its row with ANALYZE after the enqueue, stale statistics made its claims dear (see the note under the throughput table): a defect of notif_deliver's claim, to be fixed"
+cpu_note="Where notif_deliver's own row is far behind its row with ANALYZE after the enqueue, stale statistics made its statements dear (see the note under the throughput table: a defect of the claim's plan, fixed since)"
 why() {
 	case $1 in
 	jobs_per_s:pgq | pg_cpu_per_1k:pgq | total_cpu_per_1k:pgq)

@@ -23,6 +23,20 @@
 # with both builds the same); BENCH_PORT (the clusters use it
 # and BENCH_PORT + 1), BENCH_SIM_PORT (see test/bench/lib.sh).  Needs the
 # simulator built (make -C test/sim).
+#
+# COST_STATS=stale: each drain as a long-running sender meets a burst
+# while notif_job's statistics are stale (the peers benchmark's case, doc/
+# benchmarks-peers.md): the table's last ANALYZE saw a full queue (JOBS
+# queued, as autovacuum does in the middle of a burst), then the table was
+# emptied (TRUNCATE: the statistics stay, the size estimate starts again),
+# the sender drained COST_WARM [1000] jobs (its plans are chosen then, on a
+# small table), and only then are JOBS enqueued in one statement and
+# drained, timed from the enqueue's commit.  Each build drains twice per
+# latency: as is ("<build>"), and with ANALYZE notif_job in the enqueue's
+# transaction ("<build>_an": fresh statistics, the plans invalidated at
+# the same commit), the reference.  Autovacuum is off in this mode, so
+# that no ANALYZE lands inside a drain.  About 5 minutes with COST_ROUNDS=3
+# at 30000 jobs on 2 busy cores.
 # Prints a table, then "RESULT cost_<build>_<latency>ms_<what> value" lines
 # (what: jobs_per_s, cpu_per_1k, sender_cpu_per_1k, wal_bytes_per_job,
 # commits_per_1k: transactions committed in the cluster per 1,000 jobs, the
@@ -34,6 +48,9 @@ INFLIGHT=${2:-512}
 ROUNDS=${COST_ROUNDS:-5}
 LATENCIES=${COST_LATENCIES:-0 50}
 DELIVERY=${COST_DELIVERY:-at_least_once}
+STATS=${COST_STATS:-}
+WARM=${COST_WARM:-1000}
+case $STATS in "" | stale) ;; *) echo "COST_STATS: stale or empty, not $STATS" >&2; exit 2 ;; esac
 SIM=$BENCH_SIM_PORT
 : "${COST_BASE_PG_CONFIG:?set COST_BASE_PG_CONFIG to the pg_config of the baseline installation}"
 
@@ -41,6 +58,10 @@ declare -A bindir dir port
 bindir[base]=$("$COST_BASE_PG_CONFIG" --bindir)
 bindir[new]=$(pg_config --bindir)
 builds="base new"
+# what is drained and reported: a build, or in the stale mode each build
+# as is and with ANALYZE after the enqueue (<build>_an)
+variants=$builds
+[ -z "$STATS" ] || variants="base base_an new new_an"
 
 bench_dir cost
 stop_all() {
@@ -71,7 +92,8 @@ for b in $builds; do
 	PG_BINDIR=${bindir[$b]}
 	cluster_start "${dir[$b]}" "${port[$b]}" "notif_deliver.database = 'postgres'" \
 		"notif_deliver.max_inflight = $INFLIGHT" \
-		"max_wal_size = '4GB'" "checkpoint_timeout = '30min'" "synchronous_commit = off"
+		"max_wal_size = '4GB'" "checkpoint_timeout = '30min'" "synchronous_commit = off" \
+		"autovacuum = $([ -n "$STATS" ] && echo off || echo on)"
 	bench_lane_setup "$SIM" "$INFLIGHT" "$DELIVERY"
 	extra=COST_SQL_${b^^}
 	[ -z "${!extra:-}" ] || cluster_psql <<<"${!extra}"
@@ -91,51 +113,78 @@ drained_sql() {
 	fi
 }
 
-# drain one backlog with one build at one latency; prints
-# "build latency seconds jobs_per_s cpu_per_1k sender_cpu_per_1k wal_per_job"
+enqueue() {	# N TAG
+	echo "SELECT count(notif_enqueue(g, 'bench', '$2', '{\"to\":\"+84900000000\",\"text\":\"hello\"}')) FROM generate_series(1, $1) g"
+}
+
+# drain one backlog with one variant at one latency; prints
+# "variant latency seconds jobs_per_s cpu_per_1k sender_cpu_per_1k wal_per_job"
 drain() {
-	local b=$1 latency=$2 pg0 pg1 t0 t1 lsn0 wal snd sent x0 x1
+	local v=$1 latency=$2 b=${1%_an} pg0 pg1 t0 t1 lsn0 wal snd snd0=0 sent x0 x1 sent_all=$JOBS
 	use "$b"
+	drained=$(drained_sql)
 	sim_get "$SIM" "/config?latency_ms=$latency" >/dev/null
 	sim_get "$SIM" /reset >/dev/null
-	cluster_psql -c "TRUNCATE notif_job, notif_attempt CASCADE" \
-		-c "SELECT count(notif_enqueue(g, 'bench', 'o', '{\"to\":\"+84900000000\",\"text\":\"hello\"}')) FROM generate_series(1, $JOBS) g" \
-		-c "VACUUM ANALYZE notif_job" -c "CHECKPOINT" >/dev/null
+	if [ -z "$STATS" ]; then
+		cluster_psql -c "TRUNCATE notif_job, notif_attempt CASCADE" -c "$(enqueue "$JOBS" o)" \
+			-c "VACUUM ANALYZE notif_job" -c "CHECKPOINT" >/dev/null
+	else
+		# statistics of a full queue, an empty table, a sender warmed on it
+		cluster_psql -c "TRUNCATE notif_job, notif_attempt CASCADE" -c "$(enqueue "$JOBS" s)" \
+			-c "ANALYZE notif_job" -c "TRUNCATE notif_job, notif_attempt CASCADE" \
+			-c "$(enqueue "$WARM" w)" -c "UPDATE notif_type SET paused = false WHERE code = 'bench'" >/dev/null
+		until [ "$(cluster_psql -At -c "$drained")" = t ]; do
+			sleep 0.1
+		done
+		cluster_psql -c "CHECKPOINT" >/dev/null
+		sent_all=$((JOBS + WARM))
+	fi
 	lsn0=$(cluster_psql -At -c "SELECT pg_current_wal_lsn()")
 	x0=$(cluster_psql -At -c "$commits")
-	pg0=$(cluster_cpu_ticks)
-	t0=$(date +%s.%N)
-	cluster_psql -c "UPDATE notif_type SET paused = false WHERE code = 'bench'" >/dev/null
-	drained=$(drained_sql)
+	if [ -z "$STATS" ]; then
+		pg0=$(cluster_cpu_ticks)
+		t0=$(date +%s.%N)
+		cluster_psql -c "UPDATE notif_type SET paused = false WHERE code = 'bench'" >/dev/null
+	else
+		# the running sender starts on the jobs at the commit
+		if [ "$v" = "$b" ]; then
+			cluster_psql -c "$(enqueue "$JOBS" o)" >/dev/null
+		else
+			cluster_psql -c "BEGIN" -c "$(enqueue "$JOBS" o)" -c "ANALYZE notif_job" -c "COMMIT" >/dev/null
+		fi
+		t0=$(date +%s.%N)
+		pg0=$(cluster_cpu_ticks)
+		snd0=$(cpu_ticks $(sender_pids))
+	fi
 	until [ "$(cluster_psql -At -c "$drained")" = t ]; do
 		sleep 0.1
 	done
 	t1=$(date +%s.%N)
 	pg1=$(cluster_cpu_ticks)
-	snd=$(cpu_ticks $(sender_pids))
+	snd=$(($(cpu_ticks $(sender_pids)) - snd0))
 	wal=$(cluster_psql -At -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn0')")
 	x1=$(cluster_psql -At -c "$commits")
-	end_drain bench "$b at $latency ms"
-	awk -v b="$b" -v l="$latency" -v t0="$t0" -v t1="$t1" -v n="$JOBS" -v pg=$((pg1 - pg0)) \
+	JOBS=$sent_all end_drain bench "$v at $latency ms"
+	awk -v b="$v" -v l="$latency" -v t0="$t0" -v t1="$t1" -v n="$JOBS" -v pg=$((pg1 - pg0)) \
 		-v snd="$snd" -v wal="$wal" -v hz="$HZ" -v x=$((x1 - x0)) 'BEGIN {
 		s = t1 - t0
 		printf "%s %s %.3f %.0f %.4f %.4f %.0f %.1f\n", b, l, s, n / s, pg / hz / n * 1000,
 			snd / hz / n * 1000, wal / n, x / n * 1000 }'
 }
 
-echo "sender cost: $JOBS $DELIVERY jobs per drain, $INFLIGHT in flight, $ROUNDS rounds;"
+echo "sender cost: $JOBS $DELIVERY jobs per drain, $INFLIGHT in flight, $ROUNDS rounds${STATS:+, statistics $STATS (warm-up $WARM jobs)};"
 echo "base: ${bindir[base]}, new: ${bindir[new]}; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-5s %-5s %8s %8s %10s %10s %14s %10s %11s\n' round build latency seconds jobs_per_s cpu_1k sender_cpu_1k wal_per_job commits_1k
+printf '%-5s %-7s %8s %8s %10s %10s %14s %10s %11s\n' round build latency seconds jobs_per_s cpu_1k sender_cpu_1k wal_per_job commits_1k
 rows=()
 for round in $(seq 1 "$ROUNDS"); do
-	order=$builds
-	[ $((round % 2)) = 0 ] && order="new base"
+	order=$variants
+	[ $((round % 2)) = 0 ] && order=$(tr ' ' '\n' <<<"$variants" | tac | tr '\n' ' ')
 	for latency in $LATENCIES; do
 		for b in $order; do
 			r=$(drain "$b" "$latency")
 			rows+=("$r")
 			read -r rb rl s j c sc w x <<<"$r"
-			printf '%-5s %-5s %6sms %8.2f %10s %10.4f %14.4f %10s %11s\n' "$round" "$rb" "$rl" "$s" "$j" "$c" "$sc" "$w" "$x"
+			printf '%-5s %-7s %6sms %8.2f %10s %10.4f %14.4f %10s %11s\n' "$round" "$rb" "$rl" "$s" "$j" "$c" "$sc" "$w" "$x"
 		done
 	done
 done
@@ -145,10 +194,10 @@ median() {	# build latency column
 		sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'
 }
 echo "medians (load now $(cut -d' ' -f1-3 /proc/loadavg)):"
-printf '%-5s %-7s %10s %10s %14s %10s %11s\n' build latency jobs_per_s cpu_1k sender_cpu_1k wal_per_job commits_1k
+printf '%-7s %-7s %10s %10s %14s %10s %11s\n' build latency jobs_per_s cpu_1k sender_cpu_1k wal_per_job commits_1k
 for latency in $LATENCIES; do
-	for b in $builds; do
-		printf '%-5s %5sms %10s %10.4f %14.4f %10s %11s\n' "$b" "$latency" "$(median "$b" "$latency" 4)" \
+	for b in $variants; do
+		printf '%-7s %5sms %10s %10.4f %14.4f %10s %11s\n' "$b" "$latency" "$(median "$b" "$latency" 4)" \
 			"$(median "$b" "$latency" 5)" "$(median "$b" "$latency" 6)" "$(median "$b" "$latency" 7)" \
 			"$(median "$b" "$latency" 8)"
 		result "cost_${b}_${latency}ms_jobs_per_s" "$(median "$b" "$latency" 4)"
