@@ -30,6 +30,7 @@
 #include "utils/timestamp.h"
 
 #include "job_sql.h"
+#include "spi_values.h"
 #include "notif_deliver.h"
 #include "push.h"
 
@@ -377,51 +378,6 @@ run(int plan, Datum *values, const char *nulls, bool read_only, int expect)
 	run_with(plan, values, nulls, read_only, expect, InvalidSnapshot);
 }
 
-static Datum
-col(int row, int col, bool *isnull)
-{
-	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
-}
-
-static char *
-col_text(int row, int c, MemoryContext cxt)
-{
-	bool		isnull;
-	Datum		d = col(row, c, &isnull);
-
-	if (isnull)
-		return NULL;
-	return MemoryContextStrdup(cxt, TextDatumGetCString(d));
-}
-
-static int64
-col_int(int row, int c)
-{
-	bool		isnull;
-	Datum		d = col(row, c, &isnull);
-
-	if (isnull)
-		return 0;
-	switch (SPI_gettypeid(SPI_tuptable->tupdesc, c))
-	{
-		case INT4OID:
-			return DatumGetInt32(d);
-		default:
-			return DatumGetInt64(d);
-	}
-}
-
-/* a timestamptz column; 0 for NULL */
-static TimestampTz
-col_timestamptz(int row, int c)
-{
-	bool		isnull;
-	Datum		d = col(row, c, &isnull);
-
-	return isnull ? 0 : DatumGetTimestampTz(d);
-}
-
-
 /* "Name: value" lines from a headers object (strings only, by CHECK) */
 static struct curl_slist *
 headers_from_jsonb(Jsonb *jb)
@@ -464,27 +420,27 @@ notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out)
 		bool		isnull;
 		Datum		d;
 
-		t->code = col_text(i, 1, cxt);
-		s = col_text(i, 2, cxt);
+		t->code = spi_col_text(i, 1, cxt);
+		s = spi_col_text(i, 2, cxt);
 		t->delivery = notif_delivery_from_name(s);
-		t->policy.max_tries = col_int(i, 3);
-		t->priority = col_int(i, 4);
-		t->policy.backoff_min_ms = col_int(i, 5);
-		t->policy.backoff_max_ms = col_int(i, 6);
-		t->provider.name = col_text(i, 7, cxt);
-		t->provider.url = col_text(i, 8, cxt);
-		t->provider.format = notif_format_from_string(col_text(i, 9, cxt));
-		d = col(i, 10, &isnull);
+		t->policy.max_tries = spi_col_int(i, 3);
+		t->priority = spi_col_int(i, 4);
+		t->policy.backoff_min_ms = spi_col_int(i, 5);
+		t->policy.backoff_max_ms = spi_col_int(i, 6);
+		t->provider.name = spi_col_text(i, 7, cxt);
+		t->provider.url = spi_col_text(i, 8, cxt);
+		t->provider.format = notif_format_from_string(spi_col_text(i, 9, cxt));
+		d = spi_col(i, 10, &isnull);
 		t->provider.headers = isnull ? NULL : headers_from_jsonb(DatumGetJsonbP(d));
-		t->provider.idempotency_header = col_text(i, 11, cxt);
-		t->provider.timeout_ms = col_int(i, 12);
-		t->provider.connect_timeout_ms = col_int(i, 13);
-		t->provider.max_inflight = col_int(i, 14);
-		d = col(i, 15, &isnull);
+		t->provider.idempotency_header = spi_col_text(i, 11, cxt);
+		t->provider.timeout_ms = spi_col_int(i, 12);
+		t->provider.connect_timeout_ms = spi_col_int(i, 13);
+		t->provider.max_inflight = spi_col_int(i, 14);
+		d = spi_col(i, 15, &isnull);
 		t->provider.rate_limit = isnull ? 0 : DatumGetFloat8(d);
-		t->provider.ref_field = col_text(i, 16, cxt);
-		t->provider.auth = notif_auth_from_string(col_text(i, 17, cxt));
-		d = col(i, 18, &isnull);
+		t->provider.ref_field = spi_col_text(i, 16, cxt);
+		t->provider.auth = notif_auth_from_string(spi_col_text(i, 17, cxt));
+		d = spi_col(i, 18, &isnull);
 		if (!isnull)
 		{
 			MemoryContext old = MemoryContextSwitchTo(cxt);
@@ -492,8 +448,8 @@ notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out)
 			t->provider.credentials = DatumGetJsonbPCopy(d);
 			MemoryContextSwitchTo(old);
 		}
-		t->provider.max_connections = col_int(i, 19);
-		t->provider.ca_cert = col_text(i, 20, cxt);
+		t->provider.max_connections = spi_col_int(i, 19);
+		t->provider.ca_cert = spi_col_text(i, 20, cxt);
 	}
 	*out = types;
 	return (int) SPI_processed;
@@ -523,33 +479,19 @@ notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, int64 incar
 		bool		isnull;
 		MemoryContext old;
 
-		j->id = col_int(i, 1);
-		j->user_id = col_int(i, 2);
-		j->order_id = col_text(i, 3, cxt);
+		j->id = spi_col_int(i, 1);
+		j->user_id = spi_col_int(i, 2);
+		j->order_id = spi_col_text(i, 3, cxt);
 		old = MemoryContextSwitchTo(cxt);
-		j->payload = DatumGetJsonbPCopy(col(i, 4, &isnull));
+		j->payload = DatumGetJsonbPCopy(spi_col(i, 4, &isnull));
 		MemoryContextSwitchTo(old);
-		j->deadline_passed = DatumGetBool(col(i, 5, &isnull));
-		j->tries = col_int(i, 6);
-		j->deadline_at = col_timestamptz(i, 7);
-		j->earlier_tries = col_int(i, 8);
+		j->deadline_passed = DatumGetBool(spi_col(i, 5, &isnull));
+		j->tries = spi_col_int(i, 6);
+		j->deadline_at = spi_col_timestamptz(i, 7);
+		j->earlier_tries = spi_col_int(i, 8);
 	}
 	*out = jobs;
 	return (int) SPI_processed;
-}
-
-static Datum
-array_of(Datum *elems, bool *nulls, int n, Oid elemtype)
-{
-	int16		typlen;
-	bool		typbyval;
-	char		typalign;
-	int			dims[1] = {n};
-	int			lbs[1] = {1};
-
-	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
-	return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs,
-											  elemtype, typlen, typbyval, typalign));
 }
 
 void
@@ -603,11 +545,11 @@ notif_sql_record(NotifResult *results, int n, int *updated)
 		elems[REC_ATTEMPT][i] = Int32GetDatum(r->earlier_tries + r->tries);
 	}
 	for (c = 0; c < N_RECORD_COLUMNS; c++)
-		values[c] = array_of(elems[c], nulls[c], n, record_columns[c].elemtype);
+		values[c] = spi_array_of(elems[c], nulls[c], n, record_columns[c].elemtype);
 
 	run(PLAN_RECORD, values, NULL, false, SPI_OK_SELECT);
 	if (updated)
-		*updated = DatumGetInt32(col(0, 1, &isnull));
+		*updated = DatumGetInt32(spi_col(0, 1, &isnull));
 }
 
 int
@@ -620,7 +562,7 @@ notif_sql_orphans(const int64 *live, int n_live, MemoryContext cxt, NotifOrphanJ
 
 	for (i = 0; i < n_live; i++)
 		live_elems[i] = Int64GetDatum(live[i]);
-	values[0] = array_of(live_elems, NULL, n_live, INT8OID);
+	values[0] = spi_array_of(live_elems, NULL, n_live, INT8OID);
 
 	run(PLAN_ORPHANS, values, NULL, false, SPI_OK_SELECT);
 	jobs = MemoryContextAllocZero(cxt, sizeof(NotifOrphanJob) * Max(SPI_processed, 1));
@@ -628,18 +570,18 @@ notif_sql_orphans(const int64 *live, int n_live, MemoryContext cxt, NotifOrphanJ
 	{
 		NotifOrphanJob *j = &jobs[i];
 
-		j->job.id = col_int(i, 1);
-		j->kind = col_text(i, 2, cxt);
-		j->status = notif_status_from_name(col_text(i, 3, cxt));
+		j->job.id = spi_col_int(i, 1);
+		j->kind = spi_col_text(i, 2, cxt);
+		j->status = notif_status_from_name(spi_col_text(i, 3, cxt));
 		j->job.delivery = notif_delivery_claimed_as(j->status);
-		j->job.tries = col_int(i, 4);
-		j->job.claimed_by = col_int(i, 5);
-		j->claimed_at = col_timestamptz(i, 6);
-		j->job.deadline_at = col_timestamptz(i, 7);
-		j->job.policy.max_tries = col_int(i, 8);
-		j->job.policy.backoff_min_ms = col_int(i, 9);
-		j->job.policy.backoff_max_ms = col_int(i, 10);
-		j->job.earlier_tries = col_int(i, 11);
+		j->job.tries = spi_col_int(i, 4);
+		j->job.claimed_by = spi_col_int(i, 5);
+		j->claimed_at = spi_col_timestamptz(i, 6);
+		j->job.deadline_at = spi_col_timestamptz(i, 7);
+		j->job.policy.max_tries = spi_col_int(i, 8);
+		j->job.policy.backoff_min_ms = spi_col_int(i, 9);
+		j->job.policy.backoff_max_ms = spi_col_int(i, 10);
+		j->job.earlier_tries = spi_col_int(i, 11);
 	}
 	*out = jobs;
 	return (int) SPI_processed;
@@ -650,7 +592,7 @@ int64
 notif_sql_max_holder(void)
 {
 	run(PLAN_MAX_HOLDER, NULL, NULL, true, SPI_OK_SELECT);
-	return col_int(0, 1);
+	return spi_col_int(0, 1);
 }
 
 /*
@@ -664,7 +606,7 @@ notif_sql_build_active(void)
 	Datum		d;
 
 	run(PLAN_BUILD_ACTIVE, NULL, NULL, false, SPI_OK_SELECT);
-	d = col(0, 1, &isnull);
+	d = spi_col(0, 1, &isnull);
 	return isnull ? -1 : DatumGetInt64(d);
 }
 
@@ -675,7 +617,7 @@ notif_sql_next_due(const char *kind)
 	Datum		values[1] = {CStringGetTextDatum(kind)};
 
 	run(PLAN_NEXT_DUE, values, NULL, true, SPI_OK_SELECT);
-	return col_timestamptz(0, 1);
+	return spi_col_timestamptz(0, 1);
 }
 
 int
@@ -687,7 +629,7 @@ notif_sql_lanes(MemoryContext cxt, char ***out)
 	run(PLAN_LANES, NULL, NULL, true, SPI_OK_SELECT);
 	lanes = MemoryContextAlloc(cxt, sizeof(char *) * Max(SPI_processed, 1));
 	for (i = 0; i < (int) SPI_processed; i++)
-		lanes[i] = col_text(i, 1, cxt);
+		lanes[i] = spi_col_text(i, 1, cxt);
 	*out = lanes;
 	return (int) SPI_processed;
 }
@@ -700,5 +642,5 @@ notif_sql_purge(int batch_size)
 	bool		isnull;
 
 	run(PLAN_PURGE, values, NULL, false, SPI_OK_SELECT);
-	return DatumGetInt64(col(0, 1, &isnull));
+	return DatumGetInt64(spi_col(0, 1, &isnull));
 }
