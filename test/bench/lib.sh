@@ -18,6 +18,7 @@
 #   wait_sql SQL [TIMEOUT]  poll until SQL returns t (errors, e.g. during a restart, are retried)
 #   percentile P FILE       the P-th percentile (nearest rank) of a file of numbers
 #   nd_idle_sql [KIND]      SQL returning t once no job (of KIND) is queued or held
+#                           (and notif_active is built: not before its rebuild)
 #   nd_busy_sql [KIND]      SQL counting the jobs (of KIND) queued or held
 #                           (both read notif_active, by its primary key: never
 #                           a scan of notif_job's history while a drain runs)
@@ -206,9 +207,14 @@ SQL
 }
 
 nd_idle_sql() {
-	echo "SELECT NOT EXISTS (SELECT 1 FROM notif_active${1:+ WHERE kind = '$1'})"
+	# (after a crash notif_active is empty until the launcher has rebuilt it)
+	echo "SELECT EXISTS (SELECT 1 FROM notif_active_built)
+	         AND NOT EXISTS (SELECT 1 FROM notif_active${1:+ WHERE kind = '$1'})"
 }
 
 nd_busy_sql() {
-	echo "SELECT count(*) FROM notif_active${1:+ WHERE kind = '$1'}"
+	# (from notif_job, all of it, while notif_active waits for its rebuild)
+	echo "SELECT CASE WHEN EXISTS (SELECT 1 FROM notif_active_built)
+	            THEN (SELECT count(*) FROM notif_active${1:+ WHERE kind = '$1'})
+	            ELSE (SELECT count(*) FROM notif_job WHERE ${1:+kind = '$1' AND }(status IN ('queued', 'sending') OR claimed_by IS NOT NULL)) END"
 }
