@@ -34,6 +34,7 @@ OBJS = \
 	src/job_state.o \
 	src/job_state_sql.o \
 	src/job_sql.o \
+	src/spi_values.o \
 	src/request.o \
 	src/request_fcm.o \
 	src/request_apns.o \

@@ -80,7 +80,14 @@ BEGIN
           FROM @extschema@.notif_type t
          WHERE j.id OPERATOR(pg_catalog.=) ANY (ids)
            AND t.code OPERATOR(pg_catalog.=) j.kind
-        RETURNING t.lane
+        RETURNING j.id, j.kind, j.next_at, j.status, t.lane
+    ),
+    work AS (
+        INSERT INTO @extschema@.notif_active AS a (job_id, kind, next_at)
+        SELECT r.id, r.kind, r.next_at FROM redriven r
+         WHERE r.status OPERATOR(pg_catalog.=) 'queued'
+        ON CONFLICT (job_id) DO UPDATE
+           SET kind = excluded.kind, next_at = excluded.next_at, claimed_by = NULL
     )
     SELECT count(*), array_agg(DISTINCT lane) INTO n, lanes FROM redriven;
 
@@ -109,6 +116,10 @@ DECLARE
     j record;
     t record;
 BEGIN
+    -- a sender's claim locks the work row, then the job: the same order here
+    PERFORM FROM @extschema@.notif_active a
+      WHERE a.job_id OPERATOR(pg_catalog.=) notif_decide.job_id
+        FOR UPDATE;
     SELECT n.kind, n.status, n.outcome, n.last_error, n.claimed_by, y.delivery INTO j
       FROM @extschema@.notif_job n
       JOIN @extschema@.notif_type y ON y.code OPERATOR(pg_catalog.=) n.kind
@@ -256,6 +267,8 @@ BEGIN
     UPDATE @extschema@.notif_job n
        SET status = d.to_status, last_error = d.note, next_at = now()
      WHERE n.id OPERATOR(pg_catalog.=) notif_cancel.job_id;
+    DELETE FROM @extschema@.notif_active a
+     WHERE a.job_id OPERATOR(pg_catalog.=) notif_cancel.job_id;
 END;
 $$;
 
@@ -667,6 +680,413 @@ SELECT j.id, 1, j.last_started_at, j.last_ended_at, j.outcome, j.http_status, NU
    AND j.last_started_at IS NOT NULL AND j.claimed_by IS NULL;
 
 COMMENT ON VIEW notif_calls IS 'every provider call: the rows of notif_attempt, and the first calls that were accepted (held by their job row)';
+
+
+/*
+ * The work apart from the history.  A job's status changes twice per call
+ * (claimed, then its result), and each change used to write a new entry
+ * in every index of notif_job, because three of them named the status or
+ * the holder: the queued jobs (status = 'queued'), the held ones
+ * (claimed_by) and the finished ones (for the purge).  Those three go:
+ * notif_job keeps only indexes on columns a status change never writes,
+ * so the sender's updates are heap-only (HOT) and write no index entry,
+ * given room on the page (the fillfactor below keeps some).
+ *
+ * What they answered is in notif_active: one row per job a sender may
+ * still have to call, queued (claimed_by NULL) or held by a sender
+ * (claimed_by: its incarnation), with the job's kind and next_at; a job
+ * leaves it when it ends.  notif_job stays the truth: notif_active is its
+ * index of work, written in the same transactions (enqueue, claim, result,
+ * recovery, notif_retry, notif_cancel), and UNLOGGED, because it can be
+ * rebuilt from notif_job: after a crash or on a promoted standby (where
+ * PostgreSQL empties unlogged tables) the launcher rebuilds it before any
+ * sender starts (notif_active_rebuild).  Its WAL would otherwise double
+ * the job's.
+ */
+CREATE UNLOGGED TABLE notif_active (
+    job_id bigint PRIMARY KEY,
+    kind text NOT NULL,
+    next_at timestamptz NOT NULL,
+    claimed_by bigint
+) WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_insert_scale_factor = 0.01);
+
+COMMENT ON TABLE notif_active IS 'the jobs still to call, queued or held by a sender: notif_job''s index of work, rebuilt from it after a crash or a promotion';
+
+-- What a sender claims: due queued jobs of a kind, oldest first.
+CREATE INDEX notif_active_due_idx ON notif_active (kind, next_at) WHERE claimed_by IS NULL;
+-- What crash recovery looks at: jobs held by a sender.
+CREATE INDEX notif_active_held_idx ON notif_active (claimed_by) WHERE claimed_by IS NOT NULL;
+
+-- One row once notif_active has been built; gone with it after a crash.
+CREATE UNLOGGED TABLE notif_active_built (
+    built_at timestamptz NOT NULL
+);
+
+COMMENT ON TABLE notif_active_built IS 'a row once notif_active has been built from notif_job (emptied with it after a crash or a promotion)';
+
+/*
+ * notif_active_rebuild(): make notif_active match notif_job: add the
+ * queued and held jobs it lacks, drop the rows of jobs that are neither,
+ * correct kind, next_at and holder.  Returns how many rows it changed.
+ * The launcher runs it, before it starts any sender, whenever
+ * notif_active_built is empty (a fresh install, a crash, a promotion);
+ * run it by hand after loading notif_job by other means than
+ * notif_enqueue (COPY, a data-only restore).  Safe while senders run.
+ */
+CREATE FUNCTION notif_active_rebuild()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    added bigint;
+    dropped bigint;
+    corrected bigint;
+BEGIN
+    LOCK TABLE @extschema@.notif_active_built IN EXCLUSIVE MODE;
+
+    INSERT INTO @extschema@.notif_active (job_id, kind, next_at, claimed_by)
+    SELECT j.id, j.kind, j.next_at, j.claimed_by
+      FROM @extschema@.notif_job j
+     WHERE j.status OPERATOR(pg_catalog.=) 'queued' OR j.claimed_by IS NOT NULL
+    ON CONFLICT (job_id) DO NOTHING;
+    GET DIAGNOSTICS added = ROW_COUNT;
+
+    DELETE FROM @extschema@.notif_active a
+     WHERE NOT EXISTS (SELECT FROM @extschema@.notif_job j
+                        WHERE j.id OPERATOR(pg_catalog.=) a.job_id
+                          AND (j.status OPERATOR(pg_catalog.=) 'queued' OR j.claimed_by IS NOT NULL));
+    GET DIAGNOSTICS dropped = ROW_COUNT;
+
+    UPDATE @extschema@.notif_active a
+       SET kind = j.kind, next_at = j.next_at, claimed_by = j.claimed_by
+      FROM @extschema@.notif_job j
+     WHERE j.id OPERATOR(pg_catalog.=) a.job_id
+       AND (a.kind, a.next_at, a.claimed_by) IS DISTINCT FROM (j.kind, j.next_at, j.claimed_by);
+    GET DIAGNOSTICS corrected = ROW_COUNT;
+
+    IF NOT EXISTS (SELECT FROM @extschema@.notif_active_built) THEN
+        INSERT INTO @extschema@.notif_active_built VALUES (now());
+    END IF;
+    RETURN added OPERATOR(pg_catalog.+) dropped OPERATOR(pg_catalog.+) corrected;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION notif_active_rebuild() FROM PUBLIC;
+
+/*
+ * Jobs inserted into notif_job by other means than notif_enqueue (an
+ * INSERT, a COPY, a restore: pg_dump keeps notif_job, not notif_active)
+ * are queued work too: one statement per statement adds their rows.
+ * notif_enqueue's fast path writes the row itself, in the same way.
+ */
+CREATE FUNCTION notif_job_inserted()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO @extschema@.notif_active (job_id, kind, next_at, claimed_by)
+    SELECT n.id, n.kind, n.next_at, n.claimed_by FROM new_jobs n
+     WHERE n.status OPERATOR(pg_catalog.=) 'queued' OR n.claimed_by IS NOT NULL
+    ON CONFLICT (job_id) DO NOTHING;
+    RETURN NULL;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION notif_job_inserted() FROM PUBLIC;
+
+CREATE TRIGGER notif_job_work
+    AFTER INSERT ON notif_job
+    REFERENCING NEW TABLE AS new_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION notif_job_inserted();
+
+-- Jobs deleted (the retention purge, a DBA's DELETE or TRUNCATE) leave no work.
+CREATE FUNCTION notif_job_deleted()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF TG_OP OPERATOR(pg_catalog.=) 'TRUNCATE' THEN
+        TRUNCATE @extschema@.notif_active;
+    ELSE
+        DELETE FROM @extschema@.notif_active a USING old_jobs o
+         WHERE a.job_id OPERATOR(pg_catalog.=) o.id;
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION notif_job_deleted() FROM PUBLIC;
+
+CREATE TRIGGER notif_job_unwork
+    AFTER DELETE ON notif_job
+    REFERENCING OLD TABLE AS old_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION notif_job_deleted();
+
+CREATE TRIGGER notif_job_truncated
+    AFTER TRUNCATE ON notif_job
+    FOR EACH STATEMENT EXECUTE FUNCTION notif_job_deleted();
+
+-- A type renamed (ON UPDATE CASCADE renames its jobs) renames its work too.
+CREATE FUNCTION notif_type_renamed()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE @extschema@.notif_active SET kind = NEW.code
+     WHERE kind OPERATOR(pg_catalog.=) OLD.code;
+    RETURN NULL;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION notif_type_renamed() FROM PUBLIC;
+
+CREATE TRIGGER notif_type_renamed
+    AFTER UPDATE OF code ON notif_type
+    FOR EACH ROW WHEN (OLD.code IS DISTINCT FROM NEW.code)
+    EXECUTE FUNCTION notif_type_renamed();
+
+/*
+ * notif_work_now(): per type, the jobs queued now, how long the oldest due
+ * one has waited, and the calls in flight.  On a primary from notif_active
+ * (its indexes answer); on a standby, where an unlogged table cannot be
+ * read, from notif_job (all of it).  notif_stats reads it (as whoever
+ * reads notif_stats, pg_monitor: hence SECURITY DEFINER, read only).
+ */
+CREATE FUNCTION notif_work_now(OUT kind text, OUT queued_now bigint,
+                               OUT oldest_queued_age interval, OUT in_flight bigint)
+RETURNS SETOF record
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF pg_is_in_recovery() THEN
+        RETURN QUERY
+        SELECT j.kind,
+               count(*) FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'queued'),
+               coalesce(now() OPERATOR(pg_catalog.-) min(j.next_at)
+                        FILTER (WHERE j.status OPERATOR(pg_catalog.=) 'queued'
+                                  AND j.next_at OPERATOR(pg_catalog.<=) now()), interval '0'),
+               count(*) FILTER (WHERE j.claimed_by IS NOT NULL)
+          FROM @extschema@.notif_job j
+         WHERE j.status OPERATOR(pg_catalog.=) 'queued' OR j.claimed_by IS NOT NULL
+         GROUP BY j.kind;
+    ELSE
+        RETURN QUERY
+        SELECT a.kind,
+               count(*) FILTER (WHERE a.claimed_by IS NULL),
+               coalesce(now() OPERATOR(pg_catalog.-) min(a.next_at)
+                        FILTER (WHERE a.claimed_by IS NULL AND a.next_at OPERATOR(pg_catalog.<=) now()),
+                        interval '0'),
+               count(*) FILTER (WHERE a.claimed_by IS NOT NULL)
+          FROM @extschema@.notif_active a
+         GROUP BY a.kind;
+    END IF;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION notif_work_now() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION notif_work_now() TO pg_monitor;
+
+-- notif_stats as in 1.1, its backlog and calls in flight from notif_work_now()
+CREATE OR REPLACE VIEW notif_stats AS
+WITH settings AS (
+    SELECT now() - coalesce(current_setting('notif_deliver.stats_window', true), '1d')::interval AS since,
+           coalesce(current_setting('notif_deliver.stats_window', true), '1d')::interval AS stats_window,
+           coalesce(current_setting('notif_deliver.stats_dlr_grace', true), '10min')::interval AS grace,
+           coalesce(current_setting('notif_deliver.stats_min_sample', true), '100')::int AS min_sample
+),
+-- A job tried once, and not ambiguously, is known from its row: that one
+-- call's outcome is the job's.  Only the others (a few per cent: retried,
+-- or ended unknown) have their calls read from notif_attempt.
+per_job AS (
+    SELECT j.kind, j.status,
+           -- (a call in flight is counted in tries, and has no row yet)
+           CASE WHEN x.detailed THEN a.attempts
+                ELSE j.tries + j.earlier_tries - (j.claimed_by IS NOT NULL)::int END AS attempts,
+           CASE WHEN x.detailed THEN a.ambiguous ELSE 0 END AS ambiguous,
+           CASE WHEN x.detailed THEN a.accepted
+                ELSE (j.outcome IS NOT DISTINCT FROM 'accepted')::int END AS accepted,
+           d.reports,
+           d.delivered,
+           -- finished, and its reports had time to arrive
+           (j.status IN ('sent', 'failed', 'expired') AND j.claimed_by IS NULL
+            AND coalesce(CASE WHEN x.detailed THEN a.last_ended
+                              ELSE greatest(j.next_at, j.sent_at) END < now() - s.grace, false)) AS judged,
+           -- it ended on an ambiguous call: delivered, or lost?
+           (j.status IN ('sent', 'failed', 'expired') AND j.claimed_by IS NULL
+            AND j.outcome = 'unknown') AS ended_ambiguous
+      FROM notif_job j
+     CROSS JOIN settings s
+     CROSS JOIN LATERAL (SELECT j.tries + j.earlier_tries > 1
+                                OR j.outcome IS NOT DISTINCT FROM 'unknown' AS detailed) x
+     CROSS JOIN LATERAL (SELECT count(*) AS attempts,
+                                count(*) FILTER (WHERE c.outcome = 'unknown') AS ambiguous,
+                                count(*) FILTER (WHERE c.outcome = 'accepted') AS accepted,
+                                max(c.ended_at) AS last_ended
+                           FROM notif_attempt c
+                          WHERE x.detailed AND c.job_id = j.id) a
+     -- its reports, by index (whatever the planner knows of the tables)
+     CROSS JOIN LATERAL (SELECT count(*) AS reports,
+                                count(*) FILTER (WHERE r.delivered) AS delivered
+                           FROM notif_dlr r
+                          WHERE r.job_id = j.id) d
+     WHERE j.created_at >= s.since
+),
+-- the jobs in a few groups; what the estimates need is kept apart
+groups AS MATERIALIZED (
+    SELECT kind, status, ambiguous, ended_ambiguous,
+           count(*) AS jobs,
+           sum(attempts) AS attempts,
+           count(*) FILTER (WHERE reports > 0) AS dlr_jobs,
+           coalesce(sum(ambiguous) FILTER (WHERE judged), 0) AS q_sample,
+           coalesce(sum(least(ambiguous, greatest(0, delivered - accepted))) FILTER (WHERE judged), 0) AS q_delivered,
+           count(*) FILTER (WHERE judged AND ended_ambiguous AND delivered = 0) AS measured_lost,
+           coalesce(sum(delivered - 1) FILTER (WHERE delivered > 1), 0) AS measured_duplicates
+      FROM per_job
+     GROUP BY kind, status, ambiguous, ended_ambiguous
+),
+per_kind AS (
+    SELECT kind,
+           sum(jobs) AS jobs,
+           coalesce(sum(jobs) FILTER (WHERE status = 'queued'), 0) AS queued,
+           coalesce(sum(jobs) FILTER (WHERE status = 'sending'), 0) AS sending,
+           coalesce(sum(jobs) FILTER (WHERE status = 'sent'), 0) AS sent,
+           coalesce(sum(jobs) FILTER (WHERE status = 'failed'), 0) AS failed,
+           coalesce(sum(jobs) FILTER (WHERE status = 'expired'), 0) AS expired,
+           sum(attempts) AS attempts,
+           sum(ambiguous * jobs) AS ambiguous,
+           sum(dlr_jobs) AS dlr_jobs,
+           sum(q_sample) AS q_sample,
+           sum(q_delivered) AS q_delivered,
+           sum(measured_lost) AS measured_lost,
+           sum(measured_duplicates) AS measured_duplicates
+      FROM groups
+     GROUP BY kind
+),
+-- the backlog and the calls in flight now, from notif_active (indexed)
+queue AS (
+    SELECT w.kind, w.queued_now, w.oldest_queued_age FROM notif_work_now() w
+),
+held AS (
+    SELECT w.kind, w.in_flight FROM notif_work_now() w
+),
+measured AS (
+    SELECT t.code AS kind, t.delivery, t.cost_lost, t.cost_dup, t.max_tries,
+           notif_attempts_within(t.deadline, p.timeout, t.backoff_min, t.backoff_max, t.max_tries)
+               AS attempts_within_deadline,
+           -- the tries an at_least_once job of this type could make: its
+           -- max_tries (at least 2: one retry), as far as the deadline allows
+           coalesce(notif_attempts_within(t.deadline, p.timeout, t.backoff_min, t.backoff_max,
+                                          greatest(t.max_tries, 2)),
+                    greatest(t.max_tries, 2)) AS alo_tries,
+           s.stats_window, s.min_sample,
+           coalesce(k.jobs, 0)::bigint AS jobs,
+           coalesce(k.queued, 0)::bigint AS queued,
+           coalesce(k.sending, 0)::bigint AS sending,
+           coalesce(k.sent, 0)::bigint AS sent,
+           coalesce(k.failed, 0)::bigint AS failed,
+           coalesce(k.expired, 0)::bigint AS expired,
+           coalesce(qu.queued_now, 0) AS queued_now,
+           coalesce(qu.oldest_queued_age, interval '0') AS oldest_queued_age,
+           coalesce(h.in_flight, 0) AS in_flight,
+           coalesce(k.attempts, 0)::bigint AS attempts,
+           coalesce(k.ambiguous, 0)::bigint AS ambiguous_attempts,
+           (k.ambiguous::float8 / nullif(k.attempts, 0)) AS p,
+           CASE WHEN k.dlr_jobs > 0 AND k.q_sample >= greatest(s.min_sample, 1)
+                THEN k.q_delivered::float8 / k.q_sample END AS q,
+           coalesce(k.q_sample, 0)::bigint AS q_sample,
+           coalesce(k.dlr_jobs, 0)::bigint AS dlr_jobs,
+           CASE WHEN k.dlr_jobs > 0 THEN k.measured_lost::bigint END AS measured_lost,
+           CASE WHEN k.dlr_jobs > 0 THEN k.measured_duplicates::bigint END AS measured_duplicates
+      FROM notif_type t
+      JOIN notif_provider p ON p.name = t.provider
+     CROSS JOIN settings s
+      LEFT JOIN per_kind k ON k.kind = t.code
+      LEFT JOIN queue qu ON qu.kind = t.code
+      LEFT JOIN held h ON h.kind = t.code
+),
+estimated AS (
+    -- every job that ended on k ambiguous calls is lost unless one of them
+    -- delivered: (1 - q)^k; every ambiguous call followed by another try
+    -- is a copy with probability q
+    SELECT m.kind,
+           sum(g.jobs * power(1 - m.q, g.ambiguous)) FILTER (WHERE g.ended_ambiguous) AS lost,
+           sum(m.q * g.jobs * (g.ambiguous - CASE WHEN g.ended_ambiguous THEN 1 ELSE 0 END)) AS duplicates
+      FROM measured m
+      JOIN groups g ON g.kind = m.kind
+     WHERE m.q IS NOT NULL
+     GROUP BY m.kind
+),
+costs AS (
+    SELECT m.*,
+           round(coalesce(e.lost, 0)::numeric, 1) AS estimated_lost,
+           round(coalesce(e.duplicates, 0)::numeric, 1) AS estimated_duplicates,
+           -- per message: at_most_once loses p(1-q); at_least_once with k = alo_tries
+           -- attempts loses (p(1-q))^k and sends E[deliveries] - P(any)
+           -- extra copies, E[deliveries] = (1-p+pq)(1 + p + ... + p^(k-1))
+           m.p * (1 - m.q) AS amo_lost,
+           power(m.p * (1 - m.q), m.alo_tries) AS alo_lost,
+           (1 - m.p + m.p * m.q)
+               * CASE WHEN m.p < 1 THEN (1 - power(m.p, m.alo_tries)) / (1 - m.p) ELSE m.alo_tries END
+               - (1 - power(m.p * (1 - m.q), m.alo_tries)) AS alo_dup
+      FROM measured m
+      LEFT JOIN estimated e ON e.kind = m.kind
+),
+priced AS (
+    SELECT c.*,
+           round((1e6 * c.amo_lost * c.cost_lost)::numeric, 2) AS cost_at_most_once,
+           round((1e6 * (c.alo_lost * c.cost_lost + greatest(c.alo_dup, 0) * c.cost_dup))::numeric, 2)
+               AS cost_at_least_once
+      FROM costs c
+)
+SELECT kind,
+       delivery,
+       stats_window,
+       jobs, queued, sending, sent, failed, expired,
+       queued_now, oldest_queued_age, in_flight,
+       attempts, ambiguous_attempts,
+       round(p::numeric, 6) AS p,
+       round(q::numeric, 4) AS q,
+       q_sample,
+       min_sample AS q_min_sample,
+       dlr_jobs,
+       measured_lost, measured_duplicates,
+       CASE WHEN q IS NOT NULL THEN estimated_lost END AS estimated_lost,
+       CASE WHEN q IS NOT NULL THEN estimated_duplicates END AS estimated_duplicates,
+       attempts_within_deadline,
+       cost_at_most_once AS cost_per_million_at_most_once,
+       cost_at_least_once AS cost_per_million_at_least_once,
+       CASE WHEN cost_at_most_once < cost_at_least_once THEN 'at_most_once'
+            WHEN cost_at_least_once < cost_at_most_once THEN 'at_least_once'
+            WHEN cost_at_most_once = cost_at_least_once THEN delivery
+       END AS recommended_delivery,
+       CASE WHEN cost_at_most_once < cost_at_least_once THEN delivery <> 'at_most_once'
+            WHEN cost_at_least_once < cost_at_most_once THEN delivery <> 'at_least_once'
+            WHEN cost_at_most_once = cost_at_least_once THEN false
+       END AS recommendation_differs
+  FROM priced
+ ORDER BY kind;
+
+-- (DROP INDEX locks notif_job first: no enqueue runs until this commits)
+DROP INDEX notif_job_queued_idx;
+DROP INDEX notif_job_claimed_idx;
+DROP INDEX notif_job_finished_idx;
+-- What the retention purge walks, per type (it skips the few unfinished).
+CREATE INDEX notif_job_kind_next_idx ON notif_job (kind, next_at);
+-- Room on each page for a job's new versions, so they stay heap-only even
+-- when a backlog is claimed page by page (a page's jobs are claimed in one
+-- round, before the versions they leave can be pruned).
+ALTER TABLE notif_job SET (fillfactor = 50);
+
+-- the work as it is now; the launcher sees it built
+INSERT INTO notif_active (job_id, kind, next_at, claimed_by)
+SELECT id, kind, next_at, claimed_by FROM notif_job
+ WHERE status = 'queued' OR claimed_by IS NOT NULL;
+INSERT INTO notif_active_built VALUES (now());
 
 
 /* ---------------------------------------------------------------------

@@ -58,3 +58,15 @@ DROP TABLE enqueue_audit;
 DROP FUNCTION audit_job();
 DROP FUNCTION stamp_job();
 DELETE FROM notif_job WHERE user_id BETWEEN 6000 AND 6007 OR user_id = -5;
+
+-- whichever path inserted it (the fast path, the SPI path, a plain INSERT),
+-- each queued job has its one row in notif_active, with its kind and next_at
+INSERT INTO notif_job (user_id, kind, order_id, payload, next_at)
+VALUES (6100, 'otp', 'plain-insert', '{}', now());
+SELECT count(*) AS queued,
+       count(*) FILTER (WHERE a.job_id IS NULL) AS without_work,
+       count(*) FILTER (WHERE a.kind <> j.kind OR a.next_at <> j.next_at OR a.claimed_by IS NOT NULL) AS unlike
+  FROM notif_job j LEFT JOIN notif_active a ON a.job_id = j.id
+ WHERE j.status = 'queued';
+SELECT count(*) AS work_without_job FROM notif_active a
+ WHERE NOT EXISTS (SELECT FROM notif_job j WHERE j.id = a.job_id AND j.status = 'queued');

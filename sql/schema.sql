@@ -5,7 +5,8 @@ SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod) AS t
   FROM pg_attribute a
   JOIN pg_class c ON c.oid = a.attrelid
   LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
- WHERE c.relname IN ('notif_provider', 'notif_type', 'notif_job', 'notif_attempt', 'notif_dlr', 'notif_shard')
+ WHERE c.relname IN ('notif_provider', 'notif_type', 'notif_job', 'notif_attempt', 'notif_dlr', 'notif_shard',
+                     'notif_active', 'notif_active_built')
    AND a.attnum > 0 AND NOT a.attisdropped
  ORDER BY c.relname, a.attnum;
 
@@ -17,12 +18,17 @@ SELECT conrelid::regclass AS tab, conname, pg_get_constraintdef(oid) AS def
   FROM pg_constraint
  WHERE conrelid IN ('notif_provider'::regclass, 'notif_type'::regclass,
                     'notif_job'::regclass, 'notif_attempt'::regclass, 'notif_dlr'::regclass,
-                    'notif_shard'::regclass)
+                    'notif_shard'::regclass, 'notif_active'::regclass)
  ORDER BY 1::text, 2;
 
--- indexes: what a sender claims from is partial, the backlog only
+-- indexes: none on a column a status change writes (its updates are
+-- heap-only); the work (queued and held jobs) is in notif_active
 SELECT indexrelid::regclass AS index, pg_get_indexdef(indexrelid) AS def
-  FROM pg_index WHERE indrelid = 'notif_job'::regclass ORDER BY 1::text;
+  FROM pg_index WHERE indrelid IN ('notif_job'::regclass, 'notif_active'::regclass)
+ ORDER BY indrelid::regclass::text, 1::text;
+SELECT relname, relpersistence, reloptions FROM pg_class
+ WHERE oid IN ('notif_job'::regclass, 'notif_active'::regclass, 'notif_active_built'::regclass)
+ ORDER BY 1;
 
 -- the extension creates the 'default' provider, not configured yet
 SELECT * FROM notif_provider;

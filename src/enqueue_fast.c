@@ -15,9 +15,14 @@
  * CHECK and default expressions are prepared once per session and
  * forgotten whenever notif_job's definition changes (relcache callback).
  *
+ * A new job is queued work: its row in notif_active (1.2 on) is inserted
+ * the same way, in the same call; that is what notif_job's statement
+ * trigger notif_job_work does for other inserts, so this path skips it.
+ *
  * A table this path does not know how to serve exactly as INSERT would
- * (statement or BEFORE triggers, row level security, generated columns)
- * makes notif_enqueue use its SPI path instead: correctness first.
+ * (statement or BEFORE triggers, row level security, generated columns;
+ * any trigger on notif_active) makes notif_enqueue use its SPI path
+ * instead: correctness first.
  *
  *-------------------------------------------------------------------------
  */
@@ -37,6 +42,7 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
@@ -66,6 +72,8 @@ typedef struct FastCache
 	AttrNumber	att_id;
 	ExprState **defaults;		/* per attribute, NULL: given, or no default */
 	ExprState **checks;			/* the CHECK constraints, prepared */
+	Oid			work_relid;		/* notif_active (InvalidOid before 1.2) */
+	AttrNumber	work_att[3];	/* its job_id, kind, next_at */
 } FastCache;
 
 static FastCache cache;
@@ -75,11 +83,39 @@ static const char *const given_columns[NOTIF_FAST_NCOLS] = {
 	"user_id", "kind", "order_id", "payload", "next_at", "deadline_at"
 };
 
+static const char *const work_columns[3] = {"job_id", "kind", "next_at"};
+
 static void
 fast_cache_invalidate(Datum arg, Oid relid)
 {
-	if (relid == InvalidOid || relid == cache.relid)
+	if (relid == InvalidOid || relid == cache.relid || relid == cache.work_relid)
 		cache.valid = false;
+}
+
+/*
+ * Whether the statement-level insert triggers of notif_job are just ours,
+ * notif_job_work, which adds the new jobs to notif_active: this path does
+ * that itself (insert_work), so it may skip the trigger.
+ */
+static bool
+only_work_trigger(TriggerDesc *trig)
+{
+	int			i;
+	int			ours = 0;
+
+	for (i = 0; i < trig->numtriggers; i++)
+	{
+		Trigger    *t = &trig->triggers[i];
+
+		if (!TRIGGER_FOR_INSERT(t->tgtype) || TRIGGER_FOR_ROW(t->tgtype))
+			continue;
+		if (strcmp(t->tgname, "notif_job_work") != 0 ||
+			get_func_namespace(t->tgfoid) != cache.nspid ||
+			strcmp(get_func_name(t->tgfoid), "notif_job_inserted") != 0)
+			return false;
+		ours++;
+	}
+	return ours == 1;
 }
 
 /*
@@ -120,8 +156,9 @@ fast_cache_build(Oid nspid)
 
 	/* what only the executor's full path does */
 	if ((trig && (trig->trig_insert_before_row || trig->trig_insert_instead_row ||
-				  trig->trig_insert_before_statement || trig->trig_insert_after_statement ||
-				  trig->trig_insert_new_table)) ||
+				  trig->trig_insert_before_statement ||
+				  ((trig->trig_insert_after_statement || trig->trig_insert_new_table) &&
+				   !only_work_trigger(trig)))) ||
 		rel->rd_rel->relrowsecurity ||
 		rel->rd_rel->relkind != RELKIND_RELATION ||
 		(desc->constr && desc->constr->has_generated_stored))
@@ -196,6 +233,27 @@ fast_cache_build(Oid nspid)
 	if (!OidIsValid(cache.arbiter))
 		goto unusable;
 
+	/* notif_active (1.2 on, with its trigger): a new job is queued work */
+	if (trig && trig->trig_insert_new_table)
+		cache.work_relid = get_relname_relid("notif_active", nspid);
+	if (OidIsValid(cache.work_relid))
+	{
+		Relation	work = table_open(cache.work_relid, AccessShareLock);
+		TriggerDesc *wtrig = work->trigdesc;
+		bool		plain = !(wtrig || work->rd_rel->relrowsecurity ||
+							  work->rd_rel->relkind != RELKIND_RELATION);
+
+		table_close(work, AccessShareLock);
+		if (!plain)
+			goto unusable;
+		for (i = 0; i < 3; i++)
+		{
+			cache.work_att[i] = get_attnum(cache.work_relid, work_columns[i]);
+			if (cache.work_att[i] == InvalidAttrNumber)
+				goto unusable;
+		}
+	}
+
 	MemoryContextSwitchTo(old);
 	table_close(rel, AccessShareLock);
 	cache.usable = true;
@@ -238,6 +296,40 @@ conflicting_id(Relation rel, ItemPointer tid, EState *estate)
 	}
 	id = slot_getattr(slot, cache.att_id, &isnull);
 	return DatumGetInt64(id);
+}
+
+/*
+ * The new job's row in notif_active (queued: no holder), with its indexes,
+ * in the caller's executor state (which closes its indexes).
+ */
+static void
+insert_work(EState *estate, Datum id, Datum kind, Datum next_at)
+{
+	ResultRelInfo *rri = makeNode(ResultRelInfo);
+	Relation	rel = table_open(cache.work_relid, RowExclusiveLock);
+	TupleTableSlot *slot;
+	int			i;
+
+	InitResultRelInfo(rri, rel, 0, NULL, 0);
+	ExecOpenIndices(rri, false);
+	estate->es_opened_result_relations = lappend(estate->es_opened_result_relations, rri);
+	slot = table_slot_create(rel, &estate->es_tupleTable);
+	ExecClearTuple(slot);
+	for (i = 0; i < RelationGetDescr(rel)->natts; i++)
+	{
+		slot->tts_isnull[i] = true;
+		slot->tts_values[i] = (Datum) 0;
+	}
+	slot->tts_values[cache.work_att[0] - 1] = id;
+	slot->tts_values[cache.work_att[1] - 1] = kind;
+	slot->tts_values[cache.work_att[2] - 1] = next_at;
+	for (i = 0; i < 3; i++)
+		slot->tts_isnull[cache.work_att[i] - 1] = false;
+	ExecStoreVirtualTuple(slot);
+	ExecConstraints(rri, slot, estate);
+	table_tuple_insert(rel, slot, estate->es_output_cid, 0, NULL);
+	list_free(ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL));
+	table_close(rel, NoLock);
 }
 
 /*
@@ -321,6 +413,10 @@ notif_fast_insert(Datum *given, bool *given_null, bool *inserted)
 
 		ExecARInsertTriggers(estate, rri, slot, recheck, NULL);
 		id = DatumGetInt64(slot->tts_values[cache.att_id - 1]);
+		if (OidIsValid(cache.work_relid))
+			insert_work(estate, slot->tts_values[cache.att_id - 1],
+						slot->tts_values[cache.att[NOTIF_FAST_KIND] - 1],
+						slot->tts_values[cache.att[NOTIF_FAST_NEXT_AT] - 1]);
 		*inserted = true;
 		break;
 	}

@@ -30,6 +30,7 @@
 #include "utils/timestamp.h"
 
 #include "job_sql.h"
+#include "spi_values.h"
 #include "notif_deliver.h"
 #include "push.h"
 
@@ -58,6 +59,11 @@ static const char *const sql_lane_types =
  * last_error that one gets.  A late job is not held and has no call; a
  * claimed one is held by the sender ($3).  sent_at is set when a status
  * becomes 'sent'.
+ * The due jobs come from notif_active, whose row a claim locks (skipping
+ * those another transaction holds: notif_cancel, notif_retry), before it
+ * writes the job; its work row then says who holds it, or goes with a
+ * late job.  A work row whose job is not queued (it cannot be, short of a
+ * hand-made one) is passed over, never claimed.
  * Custom: a generic plan takes the due jobs for a tenth of the queue ($2
  * unknown) and hashes the whole table to join them; chosen while the table
  * was small, it stayed and read all of it at every claim after a bulk
@@ -66,23 +72,31 @@ static const char *const sql_lane_types =
  */
 static const char *const sql_claim =
 "WITH due AS ("
-"    SELECT j.id, coalesce(j.deadline_at <= now(), false) AS late"
-"      FROM %s.notif_job j"
-"     WHERE j.kind = $1 AND j.status = 'queued' AND j.next_at <= now()"
-"     ORDER BY j.next_at"
+"    SELECT a.job_id AS id, coalesce(j.deadline_at <= now(), false) AS late"
+"      FROM %s.notif_active a JOIN %s.notif_job j ON j.id = a.job_id"
+"     WHERE a.kind = $1 AND a.claimed_by IS NULL AND a.next_at <= now()"
+"       AND j.status = 'queued'"
+"     ORDER BY a.next_at"
 "     LIMIT $2"
-"       FOR UPDATE SKIP LOCKED)"
-" UPDATE %s.notif_job j"
-"    SET status = CASE WHEN due.late THEN $6 ELSE $4 END,"
-"        tries = j.tries + CASE WHEN due.late THEN 0 ELSE $5 END,"
-"        sent_at = CASE WHEN NOT due.late AND $4 = 'sent' THEN now() ELSE j.sent_at END,"
-"        claimed_by = CASE WHEN due.late THEN NULL ELSE $3 END,"
-"        claimed_at = CASE WHEN due.late THEN NULL ELSE now() END,"
-"        last_error = CASE WHEN due.late THEN $7 ELSE j.last_error END"
-"   FROM due"
-"  WHERE j.id = due.id"
-" RETURNING j.id, j.user_id, j.order_id, j.payload, due.late, j.tries, j.deadline_at,"
-"           j.earlier_tries";
+"       FOR UPDATE OF a SKIP LOCKED),"
+" claimed AS ("
+"    UPDATE %s.notif_job j"
+"       SET status = CASE WHEN due.late THEN $6 ELSE $4 END,"
+"           tries = j.tries + CASE WHEN due.late THEN 0 ELSE $5 END,"
+"           sent_at = CASE WHEN NOT due.late AND $4 = 'sent' THEN now() ELSE j.sent_at END,"
+"           claimed_by = CASE WHEN due.late THEN NULL ELSE $3 END,"
+"           claimed_at = CASE WHEN due.late THEN NULL ELSE now() END,"
+"           last_error = CASE WHEN due.late THEN $7 ELSE j.last_error END"
+"      FROM due"
+"     WHERE j.id = due.id"
+"    RETURNING j.id, j.user_id, j.order_id, j.payload, due.late, j.tries, j.deadline_at,"
+"              j.earlier_tries),"
+" held AS ("
+"    UPDATE %s.notif_active a SET claimed_by = $3"
+"      FROM claimed c WHERE a.job_id = c.id AND NOT c.late),"
+" ended AS ("
+"    DELETE FROM %s.notif_active a USING claimed c WHERE a.job_id = c.id AND c.late)"
+" SELECT * FROM claimed";
 
 /*
  * The columns of a result, in the order of the record statement's
@@ -130,12 +144,15 @@ static const RecordColumn record_columns[N_RECORD_COLUMNS] = {RECORD_COLUMNS(AS_
  * (the view notif_calls shows it).
  * "r" is the results, one array per column of record_columns (the unnest
  * is written by record_sql()).
+ * A job that goes back to the queue (a retry later) is queued work again
+ * in notif_active, due at its next_at; any other leaves it.
  * Each job is found by its primary key alone: the guard against a stale
  * result is one expression (IS TRUE), which the planner can neither join
- * on nor use to prove notif_job_claimed_idx's predicate; with "claimed_by
- * = r.claimed_by" it walked that index (all the jobs in flight, and its
- * dead entries), looking empty by statistics from an idle time, for each
- * batch of results.  Custom (see sql_claim): the number of results known.
+ * on nor use to prove a partial index's predicate; with "claimed_by =
+ * r.claimed_by" it once walked the index of held jobs (all the jobs in
+ * flight, and its dead entries), looking empty by statistics from an idle
+ * time, for each batch of results.  Custom (see sql_claim): the number of
+ * results known.
  */
 static const char *const sql_record =
 " upd AS ("
@@ -154,7 +171,12 @@ static const char *const sql_record =
 "      FROM r"
 "     WHERE j.id = r.id"
 "       AND (j.status = r.expected AND j.tries = r.tries AND j.claimed_by = r.claimed_by) IS TRUE"
-"    RETURNING j.id),"
+"    RETURNING j.id, j.status, j.next_at),"
+" requeued AS ("
+"    UPDATE %s.notif_active a SET claimed_by = NULL, next_at = u.next_at"
+"      FROM upd u WHERE a.job_id = u.id AND u.status = 'queued'),"
+" ended AS ("
+"    DELETE FROM %s.notif_active a USING upd u WHERE a.job_id = u.id AND u.status <> 'queued'),"
 " att AS ("
 "    INSERT INTO %s.notif_attempt (job_id, try, started_at, ended_at, outcome, http_status, error)"
 "    SELECT r.id, r.attempt, r.started_at, r.ended_at, r.outcome, r.http_status, r.error"
@@ -183,23 +205,37 @@ record_sql(void)
 	return buf.data;
 }
 
-/* jobs held by senders that are no longer running, with their type's policy */
+/*
+ * Jobs held by senders that are no longer running, with their type's
+ * policy; their work rows locked, as a claim locks them.
+ */
 static const char *const sql_orphans =
 "SELECT j.id, j.kind, j.status, j.tries, j.claimed_by, j.claimed_at, j.deadline_at,"
 "       t.max_tries,"
 "       (extract(epoch FROM t.backoff_min) * 1000)::int8,"
 "       (extract(epoch FROM t.backoff_max) * 1000)::int8,"
 "       j.earlier_tries"
-"  FROM %s.notif_job j JOIN %s.notif_type t ON t.code = j.kind"
-" WHERE j.claimed_by IS NOT NULL AND j.claimed_by <> ALL ($1)"
-"   FOR UPDATE OF j SKIP LOCKED";
+"  FROM %s.notif_active a"
+"  JOIN %s.notif_job j ON j.id = a.job_id"
+"  JOIN %s.notif_type t ON t.code = j.kind"
+" WHERE a.claimed_by IS NOT NULL AND a.claimed_by <> ALL ($1)"
+"   AND j.claimed_by IS NOT NULL"
+"   FOR UPDATE OF a SKIP LOCKED";
 
 static const char *const sql_next_due =
-"SELECT min(next_at) FROM %s.notif_job WHERE kind = $1 AND status = 'queued'";
+"SELECT min(next_at) FROM %s.notif_active WHERE kind = $1 AND claimed_by IS NULL";
 
-/* the highest incarnation holding a job (the claimed_by index answers it) */
+/* the highest incarnation holding a job (notif_active_held_idx answers it) */
 static const char *const sql_max_holder =
-"SELECT max(claimed_by) FROM %s.notif_job";
+"SELECT max(claimed_by) FROM %s.notif_active";
+
+/*
+ * Build notif_active when it is empty because it was never built, or
+ * PostgreSQL emptied it (a crash, a promotion): NULL when it was built.
+ */
+static const char *const sql_build_active =
+"SELECT CASE WHEN NOT EXISTS (SELECT FROM %s.notif_active_built)"
+"            THEN %s.notif_active_rebuild() END";
 
 /* the lanes that need a sender */
 static const char *const sql_lanes =
@@ -218,7 +254,7 @@ static const char *const sql_purge =
 "        SELECT j.id FROM %s.notif_job j"
 "         WHERE j.kind = t.code AND j.status IN ('sent', 'failed', 'expired')"
 "           AND j.next_at < now() - t.retention AND j.claimed_by IS NULL"
-"         ORDER BY j.next_at"		/* keeps the plan on notif_job_finished_idx */
+"         ORDER BY j.next_at"		/* keeps the plan on notif_job_kind_next_idx */
 "         LIMIT $1) j"
 "     LIMIT $1),"
 " gone AS (DELETE FROM %s.notif_job j USING doomed d WHERE j.id = d.id RETURNING j.id),"
@@ -245,7 +281,7 @@ typedef struct PlanDef
 enum
 {
 	PLAN_LANE_TYPES, PLAN_CLAIM, PLAN_RECORD, PLAN_ORPHANS, PLAN_NEXT_DUE,
-	PLAN_LANES, PLAN_PURGE, PLAN_MAX_HOLDER, N_PLANS
+	PLAN_LANES, PLAN_PURGE, PLAN_MAX_HOLDER, PLAN_BUILD_ACTIVE, N_PLANS
 };
 
 static PlanDef plans[N_PLANS] = {
@@ -258,6 +294,7 @@ static PlanDef plans[N_PLANS] = {
 	[PLAN_LANES] = {&sql_lanes, NULL, 0, {0}},
 	[PLAN_PURGE] = {&sql_purge, NULL, 1, {INT4OID}},
 	[PLAN_MAX_HOLDER] = {&sql_max_holder, NULL, 0, {0}},
+	[PLAN_BUILD_ACTIVE] = {&sql_build_active, NULL, 0, {0}},
 };
 
 static Oid	plans_extension = InvalidOid;	/* prepared at this library's version */
@@ -341,51 +378,6 @@ run(int plan, Datum *values, const char *nulls, bool read_only, int expect)
 	run_with(plan, values, nulls, read_only, expect, InvalidSnapshot);
 }
 
-static Datum
-col(int row, int col, bool *isnull)
-{
-	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
-}
-
-static char *
-col_text(int row, int c, MemoryContext cxt)
-{
-	bool		isnull;
-	Datum		d = col(row, c, &isnull);
-
-	if (isnull)
-		return NULL;
-	return MemoryContextStrdup(cxt, TextDatumGetCString(d));
-}
-
-static int64
-col_int(int row, int c)
-{
-	bool		isnull;
-	Datum		d = col(row, c, &isnull);
-
-	if (isnull)
-		return 0;
-	switch (SPI_gettypeid(SPI_tuptable->tupdesc, c))
-	{
-		case INT4OID:
-			return DatumGetInt32(d);
-		default:
-			return DatumGetInt64(d);
-	}
-}
-
-/* a timestamptz column; 0 for NULL */
-static TimestampTz
-col_timestamptz(int row, int c)
-{
-	bool		isnull;
-	Datum		d = col(row, c, &isnull);
-
-	return isnull ? 0 : DatumGetTimestampTz(d);
-}
-
-
 /* "Name: value" lines from a headers object (strings only, by CHECK) */
 static struct curl_slist *
 headers_from_jsonb(Jsonb *jb)
@@ -428,27 +420,27 @@ notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out)
 		bool		isnull;
 		Datum		d;
 
-		t->code = col_text(i, 1, cxt);
-		s = col_text(i, 2, cxt);
+		t->code = spi_col_text(i, 1, cxt);
+		s = spi_col_text(i, 2, cxt);
 		t->delivery = notif_delivery_from_name(s);
-		t->policy.max_tries = col_int(i, 3);
-		t->priority = col_int(i, 4);
-		t->policy.backoff_min_ms = col_int(i, 5);
-		t->policy.backoff_max_ms = col_int(i, 6);
-		t->provider.name = col_text(i, 7, cxt);
-		t->provider.url = col_text(i, 8, cxt);
-		t->provider.format = notif_format_from_string(col_text(i, 9, cxt));
-		d = col(i, 10, &isnull);
+		t->policy.max_tries = spi_col_int(i, 3);
+		t->priority = spi_col_int(i, 4);
+		t->policy.backoff_min_ms = spi_col_int(i, 5);
+		t->policy.backoff_max_ms = spi_col_int(i, 6);
+		t->provider.name = spi_col_text(i, 7, cxt);
+		t->provider.url = spi_col_text(i, 8, cxt);
+		t->provider.format = notif_format_from_string(spi_col_text(i, 9, cxt));
+		d = spi_col(i, 10, &isnull);
 		t->provider.headers = isnull ? NULL : headers_from_jsonb(DatumGetJsonbP(d));
-		t->provider.idempotency_header = col_text(i, 11, cxt);
-		t->provider.timeout_ms = col_int(i, 12);
-		t->provider.connect_timeout_ms = col_int(i, 13);
-		t->provider.max_inflight = col_int(i, 14);
-		d = col(i, 15, &isnull);
+		t->provider.idempotency_header = spi_col_text(i, 11, cxt);
+		t->provider.timeout_ms = spi_col_int(i, 12);
+		t->provider.connect_timeout_ms = spi_col_int(i, 13);
+		t->provider.max_inflight = spi_col_int(i, 14);
+		d = spi_col(i, 15, &isnull);
 		t->provider.rate_limit = isnull ? 0 : DatumGetFloat8(d);
-		t->provider.ref_field = col_text(i, 16, cxt);
-		t->provider.auth = notif_auth_from_string(col_text(i, 17, cxt));
-		d = col(i, 18, &isnull);
+		t->provider.ref_field = spi_col_text(i, 16, cxt);
+		t->provider.auth = notif_auth_from_string(spi_col_text(i, 17, cxt));
+		d = spi_col(i, 18, &isnull);
 		if (!isnull)
 		{
 			MemoryContext old = MemoryContextSwitchTo(cxt);
@@ -456,8 +448,8 @@ notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out)
 			t->provider.credentials = DatumGetJsonbPCopy(d);
 			MemoryContextSwitchTo(old);
 		}
-		t->provider.max_connections = col_int(i, 19);
-		t->provider.ca_cert = col_text(i, 20, cxt);
+		t->provider.max_connections = spi_col_int(i, 19);
+		t->provider.ca_cert = spi_col_text(i, 20, cxt);
 	}
 	*out = types;
 	return (int) SPI_processed;
@@ -479,7 +471,7 @@ notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, int64 incar
 	uint64		i;
 
 	Assert(claimed->holds && !late->holds && late->tries == TRIES_KEPT);
-	run_with(PLAN_CLAIM, values, NULL, false, SPI_OK_UPDATE_RETURNING, snapshot);
+	run_with(PLAN_CLAIM, values, NULL, false, SPI_OK_SELECT, snapshot);
 	jobs = MemoryContextAllocZero(cxt, sizeof(NotifClaimedJob) * Max(SPI_processed, 1));
 	for (i = 0; i < SPI_processed; i++)
 	{
@@ -487,33 +479,19 @@ notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, int64 incar
 		bool		isnull;
 		MemoryContext old;
 
-		j->id = col_int(i, 1);
-		j->user_id = col_int(i, 2);
-		j->order_id = col_text(i, 3, cxt);
+		j->id = spi_col_int(i, 1);
+		j->user_id = spi_col_int(i, 2);
+		j->order_id = spi_col_text(i, 3, cxt);
 		old = MemoryContextSwitchTo(cxt);
-		j->payload = DatumGetJsonbPCopy(col(i, 4, &isnull));
+		j->payload = DatumGetJsonbPCopy(spi_col(i, 4, &isnull));
 		MemoryContextSwitchTo(old);
-		j->deadline_passed = DatumGetBool(col(i, 5, &isnull));
-		j->tries = col_int(i, 6);
-		j->deadline_at = col_timestamptz(i, 7);
-		j->earlier_tries = col_int(i, 8);
+		j->deadline_passed = DatumGetBool(spi_col(i, 5, &isnull));
+		j->tries = spi_col_int(i, 6);
+		j->deadline_at = spi_col_timestamptz(i, 7);
+		j->earlier_tries = spi_col_int(i, 8);
 	}
 	*out = jobs;
 	return (int) SPI_processed;
-}
-
-static Datum
-array_of(Datum *elems, bool *nulls, int n, Oid elemtype)
-{
-	int16		typlen;
-	bool		typbyval;
-	char		typalign;
-	int			dims[1] = {n};
-	int			lbs[1] = {1};
-
-	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
-	return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs,
-											  elemtype, typlen, typbyval, typalign));
 }
 
 void
@@ -567,11 +545,11 @@ notif_sql_record(NotifResult *results, int n, int *updated)
 		elems[REC_ATTEMPT][i] = Int32GetDatum(r->earlier_tries + r->tries);
 	}
 	for (c = 0; c < N_RECORD_COLUMNS; c++)
-		values[c] = array_of(elems[c], nulls[c], n, record_columns[c].elemtype);
+		values[c] = spi_array_of(elems[c], nulls[c], n, record_columns[c].elemtype);
 
 	run(PLAN_RECORD, values, NULL, false, SPI_OK_SELECT);
 	if (updated)
-		*updated = DatumGetInt32(col(0, 1, &isnull));
+		*updated = DatumGetInt32(spi_col(0, 1, &isnull));
 }
 
 int
@@ -584,7 +562,7 @@ notif_sql_orphans(const int64 *live, int n_live, MemoryContext cxt, NotifOrphanJ
 
 	for (i = 0; i < n_live; i++)
 		live_elems[i] = Int64GetDatum(live[i]);
-	values[0] = array_of(live_elems, NULL, n_live, INT8OID);
+	values[0] = spi_array_of(live_elems, NULL, n_live, INT8OID);
 
 	run(PLAN_ORPHANS, values, NULL, false, SPI_OK_SELECT);
 	jobs = MemoryContextAllocZero(cxt, sizeof(NotifOrphanJob) * Max(SPI_processed, 1));
@@ -592,18 +570,18 @@ notif_sql_orphans(const int64 *live, int n_live, MemoryContext cxt, NotifOrphanJ
 	{
 		NotifOrphanJob *j = &jobs[i];
 
-		j->job.id = col_int(i, 1);
-		j->kind = col_text(i, 2, cxt);
-		j->status = notif_status_from_name(col_text(i, 3, cxt));
+		j->job.id = spi_col_int(i, 1);
+		j->kind = spi_col_text(i, 2, cxt);
+		j->status = notif_status_from_name(spi_col_text(i, 3, cxt));
 		j->job.delivery = notif_delivery_claimed_as(j->status);
-		j->job.tries = col_int(i, 4);
-		j->job.claimed_by = col_int(i, 5);
-		j->claimed_at = col_timestamptz(i, 6);
-		j->job.deadline_at = col_timestamptz(i, 7);
-		j->job.policy.max_tries = col_int(i, 8);
-		j->job.policy.backoff_min_ms = col_int(i, 9);
-		j->job.policy.backoff_max_ms = col_int(i, 10);
-		j->job.earlier_tries = col_int(i, 11);
+		j->job.tries = spi_col_int(i, 4);
+		j->job.claimed_by = spi_col_int(i, 5);
+		j->claimed_at = spi_col_timestamptz(i, 6);
+		j->job.deadline_at = spi_col_timestamptz(i, 7);
+		j->job.policy.max_tries = spi_col_int(i, 8);
+		j->job.policy.backoff_min_ms = spi_col_int(i, 9);
+		j->job.policy.backoff_max_ms = spi_col_int(i, 10);
+		j->job.earlier_tries = spi_col_int(i, 11);
 	}
 	*out = jobs;
 	return (int) SPI_processed;
@@ -614,7 +592,22 @@ int64
 notif_sql_max_holder(void)
 {
 	run(PLAN_MAX_HOLDER, NULL, NULL, true, SPI_OK_SELECT);
-	return col_int(0, 1);
+	return spi_col_int(0, 1);
+}
+
+/*
+ * Build notif_active if it is not built (see sql_build_active): how many
+ * rows that wrote, or -1 when it was built already.
+ */
+int64
+notif_sql_build_active(void)
+{
+	bool		isnull;
+	Datum		d;
+
+	run(PLAN_BUILD_ACTIVE, NULL, NULL, false, SPI_OK_SELECT);
+	d = spi_col(0, 1, &isnull);
+	return isnull ? -1 : DatumGetInt64(d);
 }
 
 /* When the earliest queued job of a type is due; 0 if none is queued. */
@@ -624,7 +617,7 @@ notif_sql_next_due(const char *kind)
 	Datum		values[1] = {CStringGetTextDatum(kind)};
 
 	run(PLAN_NEXT_DUE, values, NULL, true, SPI_OK_SELECT);
-	return col_timestamptz(0, 1);
+	return spi_col_timestamptz(0, 1);
 }
 
 int
@@ -636,7 +629,7 @@ notif_sql_lanes(MemoryContext cxt, char ***out)
 	run(PLAN_LANES, NULL, NULL, true, SPI_OK_SELECT);
 	lanes = MemoryContextAlloc(cxt, sizeof(char *) * Max(SPI_processed, 1));
 	for (i = 0; i < (int) SPI_processed; i++)
-		lanes[i] = col_text(i, 1, cxt);
+		lanes[i] = spi_col_text(i, 1, cxt);
 	*out = lanes;
 	return (int) SPI_processed;
 }
@@ -649,5 +642,5 @@ notif_sql_purge(int batch_size)
 	bool		isnull;
 
 	run(PLAN_PURGE, values, NULL, false, SPI_OK_SELECT);
-	return DatumGetInt64(col(0, 1, &isnull));
+	return DatumGetInt64(spi_col(0, 1, &isnull));
 }

@@ -61,6 +61,7 @@ extern void notif_sql_record(NotifResult *results, int n, int *updated);
 extern int	notif_sql_orphans(const int64 *live, int n_live,
 							  MemoryContext cxt, NotifOrphanJob **out);
 extern int64 notif_sql_max_holder(void);
+extern int64 notif_sql_build_active(void);
 extern TimestampTz notif_sql_next_due(const char *kind);
 extern int	notif_sql_lanes(MemoryContext cxt, char ***out);
 extern int64 notif_sql_purge(int batch_size);

@@ -265,7 +265,24 @@ launcher_round(MemoryContext round_cxt, bool purge)
 		state = WORKER_DISABLED;
 	else if (notif_sql_prepare())
 	{
+		int64		built;
+
 		state = WORKER_IDLE;
+
+		/*
+		 * notif_active is unlogged: after a crash or a promotion PostgreSQL
+		 * has emptied it.  Rebuild it from notif_job before any sender
+		 * starts and before the holders are read from it.
+		 */
+		pgstat_report_activity(STATE_RUNNING, "building notif_active");
+		built = notif_sql_build_active();
+		if (built >= 0)
+			ereport(LOG,
+					(errmsg("notif_deliver: built notif_active from notif_job in database \"%s\": %lld rows",
+							notif_database, (long long) built),
+					 errdetail("It is empty after a crash, a promotion or a fresh install; it holds the queued and held jobs.")));
+		pgstat_report_activity(STATE_RUNNING, "reading lanes");
+
 		/*
 		 * Incarnations start from the clock at each server start; should the
 		 * clock have gone back, start above every holder recorded in jobs;

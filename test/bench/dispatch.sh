@@ -47,8 +47,7 @@ load_jobs() {
 
 # nothing queued and nothing held (both answered by partial indexes: the
 # poll must not cost the cluster what it measures)
-drained="SELECT NOT EXISTS (SELECT 1 FROM notif_job WHERE kind = 'bench' AND status = 'queued')
-            AND NOT EXISTS (SELECT 1 FROM notif_job WHERE claimed_by IS NOT NULL)"
+drained=$(nd_idle_sql)
 
 rows=()
 row_of() {	# what seconds jobs pg_ticks sender_ticks sim_ticks

@@ -57,7 +57,7 @@ t0=$(date +%s%N)
 cluster_psql -c "UPDATE notif_type SET paused = false WHERE code = 'promo'" >/dev/null
 : >"$BENCH_DIR/promo_progress"
 while :; do
-	left=$(cluster_psql -At -c "SELECT count(*) FROM notif_job WHERE kind = 'promo' AND (status IN ('queued', 'sending') OR claimed_by IS NOT NULL)")
+	left=$(cluster_psql -At -c "$(nd_busy_sql promo)")
 	now=$(date +%s%N)
 	echo "$(awk -v a="$now" -v b="$t0" 'BEGIN { printf "%.2f", (a - b) / 1e9 }') $((N - left))" >>"$BENCH_DIR/promo_progress"
 	[ "$left" -eq 0 ] && break
@@ -66,7 +66,7 @@ done
 t1=$(date +%s%N)
 touch "$BENCH_DIR/stop"
 wait "$trickle"
-wait_sql "SELECT NOT EXISTS (SELECT 1 FROM notif_job WHERE kind = 'otp' AND (status IN ('queued', 'sending') OR claimed_by IS NOT NULL))" 120
+wait_sql "$(nd_idle_sql otp)" 120
 
 drain=$(awk -v a="$t1" -v b="$t0" -v n="$N" 'BEGIN { printf "%.0f", n / ((a - b) / 1e9) }')
 secs=$(awk -v a="$t1" -v b="$t0" 'BEGIN { printf "%.1f", (a - b) / 1e9 }')

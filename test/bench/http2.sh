@@ -95,8 +95,7 @@ drain() {
 	sim0=$(cpu_ticks "$sim_pid")
 	t0=$(date +%s.%N)
 	cluster_psql -c "UPDATE notif_type SET paused = false WHERE code = '$w'" >/dev/null
-	wait_sql "SELECT NOT EXISTS (SELECT 1 FROM notif_job WHERE status = 'queued')
-	             AND NOT EXISTS (SELECT 1 FROM notif_job WHERE claimed_by IS NOT NULL)"
+	wait_sql "$(nd_idle_sql)"
 	t1=$(date +%s.%N)
 	pg1=$(cluster_cpu_ticks)
 	fr1=$(cpu_ticks $(front_pids "${front_pid[$w]}"))

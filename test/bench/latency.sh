@@ -57,7 +57,7 @@ result idle_otp_p99_ms "$p99"
 result idle_otp_max_ms "$max"
 
 # nothing queued: the CPU of the launcher and the senders over IDLE seconds
-wait_sql "SELECT NOT EXISTS (SELECT 1 FROM notif_job WHERE status IN ('queued', 'sending') OR claimed_by IS NOT NULL)" 60
+wait_sql "$(nd_idle_sql)" 60
 sleep 2
 pids=$(nd_pids | tr '\n' ' ')
 c0=$(cpu_ns $pids)

@@ -17,6 +17,11 @@
 #   nd_pids                 pids of the cluster's notif_deliver processes (launcher, senders)
 #   wait_sql SQL [TIMEOUT]  poll until SQL returns t (errors, e.g. during a restart, are retried)
 #   percentile P FILE       the P-th percentile (nearest rank) of a file of numbers
+#   nd_idle_sql [KIND]      SQL returning t once no job (of KIND) is queued or held
+#                           (and notif_active is built: not before its rebuild)
+#   nd_busy_sql [KIND]      SQL counting the jobs (of KIND) queued or held
+#                           (both read notif_active, by its primary key: never
+#                           a scan of notif_job's history while a drain runs)
 #
 # Ports: every script takes its PostgreSQL port from BENCH_PORT and its
 # simulators' ports from BENCH_SIM_PORT (and BENCH_SIM_PORT + 1), so that
@@ -201,4 +206,17 @@ INSERT INTO notif_type VALUES ('promo', 'at_most_once', 1, '1 day');
 CREATE TABLE plain_job (LIKE notif_job INCLUDING ALL);
 ALTER TABLE plain_job ADD FOREIGN KEY (kind) REFERENCES notif_type ON UPDATE CASCADE;
 SQL
+}
+
+nd_idle_sql() {
+	# (after a crash notif_active is empty until the launcher has rebuilt it)
+	echo "SELECT EXISTS (SELECT 1 FROM notif_active_built)
+	         AND NOT EXISTS (SELECT 1 FROM notif_active${1:+ WHERE kind = '$1'})"
+}
+
+nd_busy_sql() {
+	# (from notif_job, all of it, while notif_active waits for its rebuild)
+	echo "SELECT CASE WHEN EXISTS (SELECT 1 FROM notif_active_built)
+	            THEN (SELECT count(*) FROM notif_active${1:+ WHERE kind = '$1'})
+	            ELSE (SELECT count(*) FROM notif_job WHERE ${1:+kind = '$1' AND }(status IN ('queued', 'sending') OR claimed_by IS NOT NULL)) END"
 }

@@ -246,8 +246,7 @@ enqueue() {
 settled() {
 	local sys=$1 q=$2 since=$WORKER_SINCE sql
 	case $sys in
-	nd) sql="SELECT NOT EXISTS (SELECT 1 FROM notif_job WHERE ($([ "$q" = all ] && echo true || echo "kind = '$q'"))
-		AND (status IN ('queued', 'sending') OR claimed_by IS NOT NULL))" ;;
+	nd) sql=$(nd_idle_sql "$([ "$q" = all ] || echo "$q")") ;;
 	pgq) sql="SELECT (SELECT ev_new FROM pgq.get_queue_info('$q')) = 0
 		AND NOT EXISTS (SELECT 1 FROM pgq.get_consumer_info('$q', 'bench') WHERE current_batch IS NOT NULL OR pending_events > 0)
 		AND NOT EXISTS (SELECT 1 FROM pgq.retry_queue r JOIN pgq.subscription s ON s.sub_id = r.ev_owner
@@ -265,7 +264,7 @@ held() {
 	case $sys in
 	gw) cluster_psql -At -c "SELECT count(*) FROM graphile_worker.jobs WHERE task_identifier = '$q' AND locked_at < '$since'" ;;
 	boss) cluster_psql -At -c "SELECT count(*) FROM pgboss.job WHERE name = '$q' AND state = 'active' AND started_on < '$since'" ;;
-	nd) cluster_psql -At -c "SELECT count(*) FROM notif_job WHERE status IN ('queued', 'sending') OR claimed_by IS NOT NULL" ;;
+	nd) cluster_psql -At -c "$(nd_busy_sql)" ;;
 	*) echo 0 ;;
 	esac
 }

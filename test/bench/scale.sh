@@ -44,8 +44,7 @@ UPDATE notif_provider SET url = 'http://127.0.0.1:$SIM/send', idempotency_header
 INSERT INTO notif_type (code, delivery, max_tries, lane) VALUES ('bench', 'at_least_once', 3, 'bench');
 SQL
 payload='{"to":"+84900000000","text":"hello"}'
-drained="SELECT NOT EXISTS (SELECT 1 FROM notif_job WHERE status = 'queued')
-            AND NOT EXISTS (SELECT 1 FROM notif_job WHERE claimed_by IS NOT NULL)"
+drained=$(nd_idle_sql)
 echo "scale: $(nproc) cores, $(free -g | awk '/^Mem:/ { print $2 }') GB, $(pg_config --version)"
 
 # --- 1. a sender's memory after RSS_SMALL and after RSS_JOBS jobs ---

@@ -103,14 +103,14 @@ one_run() {
 		) &
 		killer=$!
 	fi
-	wait_sql "SELECT NOT EXISTS (SELECT 1 FROM notif_job WHERE status IN ('queued', 'sending') OR claimed_by IS NOT NULL)" 1800
+	wait_sql "$(nd_idle_sql)" 1800
 	secs=$((SECONDS - t0))
 	if [ -n "$killer" ]; then
 		kill "$killer" 2>/dev/null || true
 		wait "$killer" 2>/dev/null || true
 		kills=$(wc -l <"$BENCH_DIR/kills")
 		# a kill may have landed after the last check: wait for the restart
-		wait_sql "SELECT NOT EXISTS (SELECT 1 FROM notif_job WHERE status IN ('queued', 'sending') OR claimed_by IS NOT NULL)" 600
+		wait_sql "$(nd_idle_sql)" 600
 	fi
 	until cluster_psql -c "UPDATE notif_type SET paused = true" >/dev/null 2>&1; do sleep 0.5; done
 	sim_get "$SIM" /ledger >"$BENCH_DIR/ledger"

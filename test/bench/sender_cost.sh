@@ -101,8 +101,17 @@ done
 
 # the sender's commits (and the few of this script's polls): its rounds
 commits="SELECT sum(xact_commit) FROM pg_stat_database"
-drained="SELECT NOT EXISTS (SELECT 1 FROM notif_job WHERE kind = 'bench' AND status = 'queued')
-            AND NOT EXISTS (SELECT 1 FROM notif_job WHERE claimed_by IS NOT NULL)"
+# drained: from notif_active where the build has it (1.2), by its index as
+# the old build's query was by its partial indexes: the polls cost both
+# builds alike
+drained_sql() {
+	if [ "$(cluster_psql -At -c "SELECT to_regclass('notif_active') IS NOT NULL")" = t ]; then
+		nd_idle_sql
+	else
+		echo "SELECT NOT EXISTS (SELECT 1 FROM notif_job WHERE kind = 'bench' AND status = 'queued')
+		   AND NOT EXISTS (SELECT 1 FROM notif_job WHERE claimed_by IS NOT NULL)"
+	fi
+}
 
 enqueue() {	# N TAG
 	echo "SELECT count(notif_enqueue(g, 'bench', '$2', '{\"to\":\"+84900000000\",\"text\":\"hello\"}')) FROM generate_series(1, $1) g"
@@ -113,6 +122,7 @@ enqueue() {	# N TAG
 drain() {
 	local v=$1 latency=$2 b=${1%_an} pg0 pg1 t0 t1 lsn0 wal snd snd0=0 sent x0 x1 sent_all=$JOBS
 	use "$b"
+	drained=$(drained_sql)
 	sim_get "$SIM" "/config?latency_ms=$latency" >/dev/null
 	sim_get "$SIM" /reset >/dev/null
 	if [ -z "$STATS" ]; then

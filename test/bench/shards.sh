@@ -86,8 +86,7 @@ VALUES ('bench', 'at_least_once', 3, 'bench', true);
 SQL
 }
 
-drained="SELECT NOT EXISTS (SELECT 1 FROM notif_job WHERE kind = 'bench' AND status = 'queued')
-            AND NOT EXISTS (SELECT 1 FROM notif_job WHERE claimed_by IS NOT NULL)"
+drained=$(nd_idle_sql)
 
 echo "drain of $JOBS at_least_once jobs through 1, 2 and 4 shards (provider simulator at 0 ms, one account);"
 echo "each shard: one lane, $INFLIGHT in flight, fsync and synchronous_commit off;"

@@ -81,8 +81,7 @@ drain() {
 	sim_get "$SIM" /reset >/dev/null
 	t0=$(date +%s.%N)
 	cluster_psql -c "UPDATE notif_type SET paused = false WHERE code = '$kind'" >/dev/null
-	wait_sql "SELECT NOT EXISTS (SELECT 1 FROM notif_job WHERE status = 'queued')
-	             AND NOT EXISTS (SELECT 1 FROM notif_job WHERE claimed_by IS NOT NULL)"
+	wait_sql "$(nd_idle_sql)"
 	t1=$(date +%s.%N)
 	cluster_psql -c "UPDATE notif_type SET paused = true WHERE code = '$kind'" >/dev/null
 	awk -v a="$t0" -v b="$t1" -v n="$JOBS" 'BEGIN { printf "%.0f\n", n / (b - a) }'

@@ -1,0 +1,107 @@
+# 022_work.pl: notif_active, the work apart from the history.  The queued
+# and held jobs are in the unlogged notif_active, so that notif_job's status
+# updates are heap-only; notif_job stays the truth.  After a crash
+# PostgreSQL empties notif_active, and the launcher rebuilds it from
+# notif_job before any sender claims; notif_active_rebuild() reconciles it
+# by hand; a work row whose job is not queued is never claimed; a renamed
+# type keeps its work; the sender's updates of a backlog are heap-only.
+use strict;
+use warnings;
+use lib 'test';
+use NotifTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = new_node('work');
+my $sim = start_sim();
+set_provider($node, 'default', $sim->{url}, idempotency_header => q('Idempotency-Key'));
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, lane, paused)
+	VALUES ('promo', 'at_most_once', 1, 'bulk', true),
+	       ('otp', 'at_least_once', 3, 'otp', false)});
+
+my $work = q{SELECT count(*) FROM notif_active};
+my $queued = q{SELECT count(*) FROM notif_job WHERE status = 'queued'};
+
+# --- every new job is queued work; the work is the queued jobs exactly ---
+$node->safe_psql('postgres',
+	q{SELECT count(notif_enqueue(g, 'promo', 'crash', '{"text":"sale"}')) FROM generate_series(1, 300) g});
+is($node->safe_psql('postgres', $work), '300', 'each enqueued job has its work row');
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM notif_active a JOIN notif_job j ON j.id = a.job_id
+	 WHERE a.kind = j.kind AND a.next_at = j.next_at AND a.claimed_by IS NULL AND j.status = 'queued'}),
+	'300', 'with the job\'s kind and next_at, and no holder');
+
+# --- a crash empties notif_active; the launcher rebuilds it before any claim ---
+$node->stop('immediate');
+my $log_offset = -s $node->logfile;
+$node->start;
+ok(wait_until($node, q{SELECT count(*) = 300 FROM notif_active}),
+	'after an immediate stop, notif_active holds the queued jobs again');
+ok(wait_until($node, q{SELECT count(*) = 1 FROM notif_active_built}), 'and is marked built');
+like(slurp_file($node->logfile, $log_offset),
+	qr/built notif_active from notif_job in database "postgres": 300 rows/,
+	'the launcher logged the rebuild, once, with its count');
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = false WHERE code = 'promo'});
+ok(wait_until($node, q{SELECT count(*) = 300 FROM notif_job WHERE kind = 'promo' AND status = 'sent' AND claimed_by IS NULL}),
+	'every job of the rebuilt work was sent');
+is(scalar(grep { /^promo:\d+:crash$/ } keys %{ ledger($sim) }), 300, 'the provider got each key');
+ok(wait_until($node, "SELECT ($work) = 0"), 'and their work rows are gone');
+
+# --- a queued job without its work row (loaded by COPY): rebuild finds it ---
+# (due in an hour, so that no sender takes it meanwhile)
+my $lost = $node->safe_psql('postgres',
+	q{SELECT notif_enqueue(1, 'promo', 'copied', '{"text":"sale"}', now() + interval '1 hour')});
+$node->safe_psql('postgres', "DELETE FROM notif_active WHERE job_id = $lost");
+# a work row whose job is finished
+my $done = $node->safe_psql('postgres', q{SELECT id FROM notif_job WHERE kind = 'promo' AND status = 'sent' LIMIT 1});
+$node->safe_psql('postgres', "INSERT INTO notif_active (job_id, kind, next_at) VALUES ($done, 'promo', now() - interval '1 hour')");
+is($node->safe_psql('postgres', q{SELECT notif_active_rebuild()}), '2',
+	'notif_active_rebuild() adds the missing row and drops the stale one');
+is($node->safe_psql('postgres', "SELECT string_agg(job_id::text, ',') FROM notif_active"), $lost,
+	'the work is the one queued job');
+is($node->safe_psql('postgres', q{SELECT notif_active_rebuild()}), '0', 'a second run finds nothing to change');
+
+# a stale work row, due, is passed over by the claims: its job is not called again
+$node->safe_psql('postgres', "INSERT INTO notif_active (job_id, kind, next_at) VALUES ($done, 'promo', now() - interval '1 hour')");
+# the job made due in notif_job: the rebuild corrects its work row's next_at
+$node->safe_psql('postgres', "UPDATE notif_job SET next_at = now() WHERE id = $lost");
+is($node->safe_psql('postgres', q{SELECT notif_active_rebuild()}), '2',
+	'the rebuild corrects a next_at (and drops the stale row again)');
+$node->safe_psql('postgres', "INSERT INTO notif_active (job_id, kind, next_at) VALUES ($done, 'promo', now() - interval '1 hour')");
+ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $lost"), 'the found job was sent');
+my $key_done = $node->safe_psql('postgres', "SELECT kind || ':' || user_id || ':' || order_id FROM notif_job WHERE id = $done");
+is((split / /, ledger_key($sim, $key_done))[0], '1', 'the job behind the stale work row was not called again');
+is($node->safe_psql('postgres', "SELECT status || ' ' || tries FROM notif_job WHERE id = $done"), 'sent 1',
+	'nor claimed again');
+$node->safe_psql('postgres', "DELETE FROM notif_active WHERE job_id = $done");
+
+# --- a renamed type keeps its work ---
+my $otp = $node->safe_psql('postgres',
+	q{SELECT notif_enqueue(7, 'otp', 'renamed', '{"text":"Ma OTP: 7"}', now() + interval '1 hour')});
+$node->safe_psql('postgres', q{UPDATE notif_type SET code = 'otp2' WHERE code = 'otp'});
+is($node->safe_psql('postgres', "SELECT kind FROM notif_active WHERE job_id = $otp"), 'otp2',
+	'the work row follows the rename');
+$node->safe_psql('postgres', "UPDATE notif_job SET next_at = now() WHERE id = $otp");
+$node->safe_psql('postgres', "UPDATE notif_active SET next_at = now() WHERE job_id = $otp");
+ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $otp"), 'and the job is sent');
+
+# --- a backlog's status updates are heap-only ---
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = true WHERE code = 'promo'});
+$node->safe_psql('postgres', q{TRUNCATE notif_job CASCADE});
+$node->safe_psql('postgres', q{TRUNCATE notif_active});
+$node->safe_psql('postgres',
+	q{SELECT count(notif_enqueue(g, 'promo', 'hot', '{"text":"sale"}')) FROM generate_series(1, 2000) g});
+$node->safe_psql('postgres', q{SELECT pg_stat_reset_single_table_counters('notif_job'::regclass)});
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = false WHERE code = 'promo'});
+ok(wait_until($node, q{SELECT count(*) = 2000 FROM notif_job WHERE status = 'sent' AND claimed_by IS NULL}),
+	'the backlog was sent');
+# the sender reports its table statistics when idle
+ok(wait_until($node, q{SELECT n_tup_upd >= 4000 FROM pg_stat_user_tables WHERE relname = 'notif_job'}),
+	'its claims and results were counted: two updates per job');
+my ($upd, $hot) = split /\|/, $node->safe_psql('postgres',
+	q{SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'notif_job'});
+cmp_ok($hot / $upd, '>=', 0.75, "at least 75% of them heap-only ($hot of $upd)");
+
+done_testing();
