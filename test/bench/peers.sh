@@ -427,17 +427,17 @@ cpu_note=
 why() {
 	case $1 in
 	jobs_per_s:pgq | pg_cpu_per_1k:pgq | total_cpu_per_1k:pgq)
-		echo "PgQ's consumer reads a whole tick's events with one query and writes nothing per event (finish_batch moves one subscription row per batch); notif_deliver claims every job and records every call (an UPDATE to claim, an UPDATE and a notif_attempt row to record), which is what lets it retry per job, keep a per-job status and survive a crash without re-sending a whole batch.$cpu_note" ;;
+		echo "PgQ's consumer reads a whole tick's events with one query and writes nothing per event (finish_batch moves one subscription row per batch); notif_deliver claims and records every job (an UPDATE of its row to claim it and one to record the result, its work row in the unlogged notif_active inserted at the enqueue and deleted once done, and a notif_attempt row for every call but an accepted first one), which is what lets it retry per job, keep a per-job status and survive a crash without re-sending a whole batch.$cpu_note" ;;
 	wal_per_job:pgq | wal_enqueue_per_job:pgq)
-		echo "PgQ writes no per-event state on the way out and drops events by rotating its tables (TRUNCATE), not row by row; an event is one row with one index (on its transaction id) and no unique key, where notif_job carries the unique key (user_id, kind, order_id), the claim and retry indexes and an attempt row per call" ;;
+		echo "PgQ writes no per-event state on the way out and drops events by rotating its tables (TRUNCATE), not row by row; an event is one row with one index (on its transaction id) and no unique key, where notif_job carries its primary key, the unique key (user_id, kind, order_id), a per-type index for the retention purge and a BRIN index, and each job's row is updated twice on the way out (claim, result), with a notif_attempt row for every call but an accepted first one" ;;
 	wal_per_job:gw)
-		echo "graphile-worker deletes a finished job (one DELETE, batched), keeping no history; notif_deliver keeps each job with its status and one notif_attempt row per call, for notif_stats, retries and audit" ;;
+		echo "graphile-worker deletes a finished job (one DELETE, batched), keeping no history; notif_deliver keeps each job with its status (two updates of its row, claim and result) and a notif_attempt row for every call but an accepted first one, for notif_stats, retries and audit" ;;
 	wal_per_job:boss)
-		echo "pg-boss marks a whole batch completed in one UPDATE and keeps no per-call row; notif_deliver records each call's outcome (status, HTTP code, timing) in notif_attempt" ;;
+		echo "pg-boss marks a whole batch completed in one UPDATE and keeps no per-call row; notif_deliver records each call's outcome (status, HTTP code, timing) in the job's row, and in notif_attempt for every call but an accepted first one" ;;
 	wal_enqueue_per_job:gw | wal_enqueue_per_job:boss)
-		echo "its job row has fewer indexes to maintain: notif_job has the unique key (user_id, kind, order_id) that stops duplicate enqueues, plus the claim and retry indexes" ;;
+		echo "its enqueue writes less per job: notif_job's row carries the payload and four indexes (the primary key, the unique key (user_id, kind, order_id) that stops duplicate enqueues, the per-type index for the retention purge and a BRIN index on created_at)" ;;
 	jobs_per_s:gw | jobs_per_s:boss | pg_cpu_per_1k:gw | pg_cpu_per_1k:boss | total_cpu_per_1k:gw | total_cpu_per_1k:boss)
-		echo "it claims and completes in large batches (graphile-worker: a local queue of 512 and batched completion; pg-boss: batches of 5000, each completed by one UPDATE) and keeps no per-call record; notif_deliver claims in batches of at most notif_deliver.batch_size and records each call's outcome (an UPDATE and a notif_attempt row per job).$cpu_note" ;;
+		echo "it claims and completes in large batches (graphile-worker: a local queue of 512 and batched completion; pg-boss: batches of 5000, each completed by one UPDATE) and keeps no per-call record; notif_deliver claims in batches of at most notif_deliver.batch_size and records each call's outcome (an UPDATE of the job's row, and a notif_attempt row for every call but an accepted first one).$cpu_note" ;;
 	worker_cpu_per_1k:*)
 		echo "notif_deliver's sender is a PostgreSQL process: its CPU includes running its own claim and record statements (SPI), which for a Node worker are the backends' CPU, counted under PostgreSQL; compare the total.$cpu_note" ;;
 	lost:* | dup:*)
@@ -455,10 +455,10 @@ short_why() {
 	jobs_per_s:pgq | pg_cpu_per_1k:pgq | total_cpu_per_1k:pgq)
 		echo "PgQ reads a tick's events with one query and writes nothing per event; notif_deliver claims and records each job (its per-job status, retries and crash recovery)" ;;
 	wal_per_job:pgq | wal_enqueue_per_job:pgq)
-		echo "PgQ keeps no per-event state, drops events by rotating its tables, and indexes an event once; notif_job has a unique key, claim indexes and an attempt row per call" ;;
+		echo "PgQ keeps no per-event state, drops events by rotating its tables, and indexes an event once; notif_deliver updates each job's row twice (claim, result), which has a unique key" ;;
 	wal_per_job:gw) echo "graphile-worker deletes a finished job and keeps no history" ;;
 	wal_per_job:boss) echo "pg-boss completes a batch with one UPDATE and keeps no per-call row" ;;
-	wal_enqueue_per_job:*) echo "Fewer indexes on its job row (no unique key against duplicate enqueues)" ;;
+	wal_enqueue_per_job:*) echo "Its enqueue writes less per job (notif_job's row has the payload and four indexes, one the unique key against duplicate enqueues)" ;;
 	jobs_per_s:* | pg_cpu_per_1k:* | total_cpu_per_1k:*)
 		echo "It claims and completes in large batches and keeps no per-call record; notif_deliver records each call's outcome" ;;
 	worker_cpu_per_1k:*) echo "notif_deliver's sender runs its own SQL in-process, which a Node worker leaves to the backends: compare the total CPU" ;;
