@@ -276,6 +276,18 @@ promise_of() {
 	boss) echo "at least once: retryLimit 2 (3 tries); a crashed worker's active jobs expire after 15 min" ;;
 	esac
 }
+left_of() {	# what keeps SYS from settling (for the log)
+	local sql
+	case $1 in
+	boss) sql="SELECT string_agg(format('%s %s (retry_count %s, start_after %s)', state, n, r, a), '; ')
+		FROM (SELECT state, count(*) n, max(retry_count) r, max(start_after) a FROM pgboss.job WHERE name = '$2' GROUP BY state) s" ;;
+	gw) sql="SELECT format('%s jobs not done, %s locked, max attempts %s, next run_at %s', count(*), count(locked_at), max(attempts), min(run_at))
+		FROM graphile_worker.jobs WHERE task_identifier = '$2' AND attempts < max_attempts" ;;
+	pgq) sql="SELECT format('ev_new %s', ev_new) FROM pgq.get_queue_info('$2')" ;;
+	nd) sql="SELECT string_agg(format('%s %s', status, n), '; ') FROM (SELECT status, count(*) n FROM notif_job GROUP BY status) s" ;;
+	esac
+	cluster_psql -At -c "$sql" 2>&1 | tr '\n' ' '
+}
 sem_one() {
 	local sys=$1 kill=$2 q kills=0 total=$SEM_N secs start settled_ok=yes lost dup held gaveup faults next=0
 	q=$(queue_of "$sys")
@@ -306,6 +318,7 @@ sem_one() {
 		sleep 0.05
 	done
 	secs=$((SECONDS - start))
+	[ "$settled_ok" = yes ] || echo "peers: $sys did not settle within 600 s; left: $(left_of "$sys" "$q")" >&2
 	sim_get "$SIM" /ledger >"$BENCH_DIR/ledger"
 	held=$(held "$sys" "$q")
 	worker_stop "$sys"
