@@ -974,11 +974,14 @@ per_kind AS (
      GROUP BY kind
 ),
 -- the backlog and the calls in flight now, from notif_active (indexed)
+work AS MATERIALIZED (
+    SELECT w.kind, w.queued_now, w.oldest_queued_age, w.in_flight FROM notif_work_now() w
+),
 queue AS (
-    SELECT w.kind, w.queued_now, w.oldest_queued_age FROM notif_work_now() w
+    SELECT w.kind, w.queued_now, w.oldest_queued_age FROM work w
 ),
 held AS (
-    SELECT w.kind, w.in_flight FROM notif_work_now() w
+    SELECT w.kind, w.in_flight FROM work w
 ),
 measured AS (
     SELECT t.code AS kind, t.delivery, t.cost_lost, t.cost_dup, t.max_tries,
