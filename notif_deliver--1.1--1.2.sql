@@ -817,8 +817,10 @@ BEGIN
     IF TG_OP OPERATOR(pg_catalog.=) 'TRUNCATE' THEN
         TRUNCATE @extschema@.notif_active;
     ELSE
-        DELETE FROM @extschema@.notif_active a USING old_jobs o
-         WHERE a.job_id OPERATOR(pg_catalog.=) o.id;
+        -- by its primary key, whatever the sizes (a purge batch against a
+        -- backlog of millions): never a scan of notif_active
+        DELETE FROM @extschema@.notif_active a
+         WHERE a.job_id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT o.id FROM old_jobs o));
     END IF;
     RETURN NULL;
 END;
