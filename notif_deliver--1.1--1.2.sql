@@ -116,10 +116,6 @@ DECLARE
     j record;
     t record;
 BEGIN
-    -- a sender's claim locks the work row, then the job: the same order here
-    PERFORM FROM @extschema@.notif_active a
-      WHERE a.job_id OPERATOR(pg_catalog.=) notif_decide.job_id
-        FOR UPDATE;
     SELECT n.kind, n.status, n.outcome, n.last_error, n.claimed_by, y.delivery INTO j
       FROM @extschema@.notif_job n
       JOIN @extschema@.notif_type y ON y.code OPERATOR(pg_catalog.=) n.kind
@@ -129,6 +125,11 @@ BEGIN
         RAISE EXCEPTION '%: job % does not exist', caller, job_id
             USING ERRCODE = 'no_data_found';
     END IF;
+    -- the job, then its work row: the order of every writer that may wait
+    -- (the sender's record, the purge); a claim never waits (SKIP LOCKED)
+    PERFORM FROM @extschema@.notif_active a
+      WHERE a.job_id OPERATOR(pg_catalog.=) notif_decide.job_id
+        FOR UPDATE;
     SELECT * INTO t
       FROM @extschema@.notif_transition_for(event, j.delivery, j.status, j.outcome, j.last_error,
                                             j.claimed_by IS NOT NULL, force, false);
@@ -730,8 +731,10 @@ COMMENT ON TABLE notif_active_built IS 'a row once notif_active has been built f
  * correct kind, next_at and holder.  Returns how many rows it changed.
  * The launcher runs it, before it starts any sender, whenever
  * notif_active_built is empty (a fresh install, a crash, a promotion);
- * run it by hand after loading notif_job by other means than
- * notif_enqueue (COPY, a data-only restore).  Safe while senders run.
+ * run it by hand after a load that skipped notif_job's triggers (a
+ * data-only restore with --disable-triggers, session_replication_role =
+ * replica, logical replication).  It locks notif_active (EXCLUSIVE):
+ * enqueues, claims and results wait until it commits.
  */
 CREATE FUNCTION notif_active_rebuild()
 RETURNS bigint
@@ -743,6 +746,9 @@ DECLARE
     dropped bigint;
     corrected bigint;
 BEGIN
+    -- exact: no transaction writes notif_active meanwhile (enqueues and
+    -- claims wait the few seconds it takes; plain reads go on)
+    LOCK TABLE @extschema@.notif_active IN EXCLUSIVE MODE;
     LOCK TABLE @extschema@.notif_active_built IN EXCLUSIVE MODE;
 
     INSERT INTO @extschema@.notif_active (job_id, kind, next_at, claimed_by)
@@ -811,8 +817,10 @@ BEGIN
     IF TG_OP OPERATOR(pg_catalog.=) 'TRUNCATE' THEN
         TRUNCATE @extschema@.notif_active;
     ELSE
-        DELETE FROM @extschema@.notif_active a USING old_jobs o
-         WHERE a.job_id OPERATOR(pg_catalog.=) o.id;
+        -- by its primary key, whatever the sizes (a purge batch against a
+        -- backlog of millions): never a scan of notif_active
+        DELETE FROM @extschema@.notif_active a
+         WHERE a.job_id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT o.id FROM old_jobs o));
     END IF;
     RETURN NULL;
 END;
@@ -968,11 +976,14 @@ per_kind AS (
      GROUP BY kind
 ),
 -- the backlog and the calls in flight now, from notif_active (indexed)
+work AS MATERIALIZED (
+    SELECT w.kind, w.queued_now, w.oldest_queued_age, w.in_flight FROM notif_work_now() w
+),
 queue AS (
-    SELECT w.kind, w.queued_now, w.oldest_queued_age FROM notif_work_now() w
+    SELECT w.kind, w.queued_now, w.oldest_queued_age FROM work w
 ),
 held AS (
-    SELECT w.kind, w.in_flight FROM notif_work_now() w
+    SELECT w.kind, w.in_flight FROM work w
 ),
 measured AS (
     SELECT t.code AS kind, t.delivery, t.cost_lost, t.cost_dup, t.max_tries,
@@ -1080,7 +1091,7 @@ CREATE INDEX notif_job_kind_next_idx ON notif_job (kind, next_at);
 -- Room on each page for a job's new versions, so they stay heap-only even
 -- when a backlog is claimed page by page (a page's jobs are claimed in one
 -- round, before the versions they leave can be pruned).
-ALTER TABLE notif_job SET (fillfactor = 50);
+ALTER TABLE notif_job SET (fillfactor = 40);
 
 -- the work as it is now; the launcher sees it built
 INSERT INTO notif_active (job_id, kind, next_at, claimed_by)

@@ -54,10 +54,17 @@ SELECT (SELECT count(*) FROM notif_job WHERE user_id = 6007) AS before,
        notif_enqueue(6007, 'otp', 'one-statement') > 0 AS enqueued;
 SELECT count(*) AS after FROM notif_job WHERE user_id = 6007;
 
-DROP TABLE enqueue_audit;
-DROP FUNCTION audit_job();
-DROP FUNCTION stamp_job();
-DELETE FROM notif_job WHERE user_id BETWEEN 6000 AND 6007 OR user_id = -5;
+-- an AFTER ROW trigger with a transition table: the SPI path serves it
+CREATE FUNCTION audit_new() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO enqueue_audit SELECT id, kind, 'new table' FROM nt;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER audit_new AFTER INSERT ON notif_job REFERENCING NEW TABLE AS nt
+    FOR EACH ROW EXECUTE FUNCTION audit_new();
+SELECT notif_enqueue(6008, 'otp', 'transition-table') > 0 AS enqueued;
+SELECT count(*) AS audited FROM enqueue_audit WHERE at = 'new table';
+DROP TRIGGER audit_new ON notif_job;
 
 -- whichever path inserted it (the fast path, the SPI path, a plain INSERT),
 -- each queued job has its one row in notif_active, with its kind and next_at
@@ -68,5 +75,15 @@ SELECT count(*) AS queued,
        count(*) FILTER (WHERE a.kind <> j.kind OR a.next_at <> j.next_at OR a.claimed_by IS NOT NULL) AS unlike
   FROM notif_job j LEFT JOIN notif_active a ON a.job_id = j.id
  WHERE j.status = 'queued';
+SELECT count(*) AS work_without_job FROM notif_active a
+ WHERE NOT EXISTS (SELECT FROM notif_job j WHERE j.id = a.job_id AND j.status = 'queued');
+
+-- deleted jobs leave no work
+DROP TABLE enqueue_audit;
+DROP FUNCTION audit_job();
+DROP FUNCTION stamp_job();
+DROP FUNCTION audit_new();
+DELETE FROM notif_job WHERE user_id BETWEEN 6000 AND 6008 OR user_id = -5;
+
 SELECT count(*) AS work_without_job FROM notif_active a
  WHERE NOT EXISTS (SELECT FROM notif_job j WHERE j.id = a.job_id AND j.status = 'queued');

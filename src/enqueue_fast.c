@@ -106,12 +106,15 @@ only_work_trigger(TriggerDesc *trig)
 	for (i = 0; i < trig->numtriggers; i++)
 	{
 		Trigger    *t = &trig->triggers[i];
+		char	   *fn;
 
-		if (!TRIGGER_FOR_INSERT(t->tgtype) || TRIGGER_FOR_ROW(t->tgtype))
-			continue;
-		if (strcmp(t->tgname, "notif_job_work") != 0 ||
-			get_func_namespace(t->tgfoid) != cache.nspid ||
-			strcmp(get_func_name(t->tgfoid), "notif_job_inserted") != 0)
+		if (!TRIGGER_FOR_INSERT(t->tgtype) ||
+			(TRIGGER_FOR_ROW(t->tgtype) && t->tgnewtable == NULL))
+			continue;			/* row triggers without a transition table are served */
+		fn = get_func_name(t->tgfoid);
+		if (TRIGGER_FOR_ROW(t->tgtype) || strcmp(t->tgname, "notif_job_work") != 0 ||
+			fn == NULL || strcmp(fn, "notif_job_inserted") != 0 ||
+			get_func_namespace(t->tgfoid) != cache.nspid)
 			return false;
 		ours++;
 	}
@@ -267,6 +270,17 @@ unusable:
 bool
 notif_fast_usable(Oid nspid)
 {
+	Oid			relid = (cache.valid && cache.nspid == nspid) ? cache.relid :
+		get_relname_relid("notif_job", nspid);
+
+	/*
+	 * Lock notif_job as the insert will (until the transaction ends) before
+	 * the cache is checked: taking the lock reads the invalidations committed
+	 * before it, and no ALTER (an ALTER EXTENSION UPDATE that adds
+	 * notif_active) can commit between the check and the insert.
+	 */
+	if (OidIsValid(relid))
+		LockRelationOid(relid, RowExclusiveLock);
 	if (!cache.valid || cache.nspid != nspid)
 		fast_cache_build(nspid);
 	return cache.usable;
@@ -329,7 +343,7 @@ insert_work(EState *estate, Datum id, Datum kind, Datum next_at)
 	ExecConstraints(rri, slot, estate);
 	table_tuple_insert(rel, slot, estate->es_output_cid, 0, NULL);
 	list_free(ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL));
-	table_close(rel, NoLock);
+	/* its indexes are closed with the others; the relation by the caller */
 }
 
 /*
@@ -425,6 +439,9 @@ notif_fast_insert(Datum *given, bool *given_null, bool *inserted)
 
 	/* closes our indexes, and what the triggers opened */
 	ExecCloseResultRelations(estate);
+	if (list_length(estate->es_opened_result_relations) > 1)
+		table_close(((ResultRelInfo *) llast(estate->es_opened_result_relations))->ri_RelationDesc,
+					NoLock);	/* notif_active (insert_work) */
 	table_close(rel, NoLock);
 	ExecResetTupleTable(estate->es_tupleTable, false);
 	MemoryContextSwitchTo(old);

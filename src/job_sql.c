@@ -59,8 +59,9 @@ static const char *const sql_lane_types =
  * last_error that one gets.  A late job is not held and has no call; a
  * claimed one is held by the sender ($3).  sent_at is set when a status
  * becomes 'sent'.
- * The due jobs come from notif_active, whose row a claim locks (skipping
- * those another transaction holds: notif_cancel, notif_retry), before it
+ * The due jobs come from notif_active; a claim locks the work row and the
+ * job, skipping any that another transaction holds (notif_cancel,
+ * notif_retry, a user's lock on the job), so that it never waits, then
  * writes the job; its work row then says who holds it, or goes with a
  * late job.  A work row whose job is not queued (it cannot be, short of a
  * hand-made one) is passed over, never claimed.
@@ -78,7 +79,7 @@ static const char *const sql_claim =
 "       AND j.status = 'queued'"
 "     ORDER BY a.next_at"
 "     LIMIT $2"
-"       FOR UPDATE OF a SKIP LOCKED),"
+"       FOR UPDATE OF a SKIP LOCKED FOR NO KEY UPDATE OF j SKIP LOCKED),"
 " claimed AS ("
 "    UPDATE %s.notif_job j"
 "       SET status = CASE WHEN due.late THEN $6 ELSE $4 END,"
@@ -207,7 +208,7 @@ record_sql(void)
 
 /*
  * Jobs held by senders that are no longer running, with their type's
- * policy; their work rows locked, as a claim locks them.
+ * policy; their work rows and jobs locked, as a claim locks them.
  */
 static const char *const sql_orphans =
 "SELECT j.id, j.kind, j.status, j.tries, j.claimed_by, j.claimed_at, j.deadline_at,"
@@ -220,10 +221,12 @@ static const char *const sql_orphans =
 "  JOIN %s.notif_type t ON t.code = j.kind"
 " WHERE a.claimed_by IS NOT NULL AND a.claimed_by <> ALL ($1)"
 "   AND j.claimed_by IS NOT NULL"
-"   FOR UPDATE OF a SKIP LOCKED";
+"   FOR UPDATE OF a SKIP LOCKED FOR NO KEY UPDATE OF j SKIP LOCKED";
 
+/* (a work row whose job is not queued, which a claim passes over, is no wake-up) */
 static const char *const sql_next_due =
-"SELECT min(next_at) FROM %s.notif_active WHERE kind = $1 AND claimed_by IS NULL";
+"SELECT min(a.next_at) FROM %s.notif_active a JOIN %s.notif_job j ON j.id = a.job_id"
+" WHERE a.kind = $1 AND a.claimed_by IS NULL AND j.status = 'queued'";
 
 /* the highest incarnation holding a job (notif_active_held_idx answers it) */
 static const char *const sql_max_holder =
