@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test/bench/claim_limit.sh: the database's own dispatch limit.  A pgbench
-# script claims batches of 100 due jobs with FOR UPDATE SKIP LOCKED (the
-# sender's claim: the same filter, order and index) and marks them done
-# (status 'sent', as after a 2xx) in one statement, with no HTTP at all.
+# script claims batches of 100 due jobs from notif_active with FOR UPDATE
+# SKIP LOCKED (the sender's claim: the same filter, order, index and locks)
+# and marks them done (status 'sent', as after a 2xx, their work rows
+# deleted) in one statement, with no HTTP at all.
 # No sender can drain a backlog faster than that on this machine.
 #
 # test/bench/dispatch.sh runs it inside its own cluster, between its
@@ -37,16 +38,21 @@ claim_limit_run() {
 	script=$(mktemp "$BENCH_TMP/notif_claim.XXXXXX")
 	cat >"$script" <<SQL
 WITH due AS (
-    SELECT id FROM notif_job
-     WHERE kind = '$kind' AND status = 'queued' AND next_at <= now()
-     ORDER BY next_at
+    SELECT a.job_id AS id
+      FROM notif_active a JOIN notif_job j ON j.id = a.job_id
+     WHERE a.kind = '$kind' AND a.claimed_by IS NULL AND a.next_at <= now()
+       AND j.status = 'queued'
+     ORDER BY a.next_at
      LIMIT $BATCH
-       FOR UPDATE SKIP LOCKED)
-UPDATE notif_job j
-   SET status = 'sent', tries = j.tries + 1, sent_at = now(),
-       outcome = 'accepted', http_status = 200
-  FROM due
- WHERE j.id = due.id;
+       FOR UPDATE OF a SKIP LOCKED FOR NO KEY UPDATE OF j SKIP LOCKED),
+done AS (
+    UPDATE notif_job j
+       SET status = 'sent', tries = j.tries + 1, sent_at = now(),
+           outcome = 'accepted', http_status = 200
+      FROM due
+     WHERE j.id = due.id
+    RETURNING j.id)
+DELETE FROM notif_active a USING done d WHERE a.job_id = d.id;
 SQL
 	n=$(cluster_psql -At -c "SELECT count(*) FROM notif_job WHERE kind = '$kind' AND status = 'queued'")
 	# transactions per client: enough for every job (the last ones may find none)
