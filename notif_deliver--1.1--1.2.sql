@@ -749,7 +749,6 @@ BEGIN
     -- exact: no transaction writes notif_active meanwhile (enqueues and
     -- claims wait the few seconds it takes; plain reads go on)
     LOCK TABLE @extschema@.notif_active IN EXCLUSIVE MODE;
-    LOCK TABLE @extschema@.notif_active_built IN EXCLUSIVE MODE;
 
     INSERT INTO @extschema@.notif_active (job_id, kind, next_at, claimed_by)
     SELECT j.id, j.kind, j.next_at, j.claimed_by

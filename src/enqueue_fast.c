@@ -314,9 +314,10 @@ conflicting_id(Relation rel, ItemPointer tid, EState *estate)
 
 /*
  * The new job's row in notif_active (queued: no holder), with its indexes,
- * in the caller's executor state (which closes its indexes).
+ * in the caller's executor state (which closes its indexes).  Returns the
+ * relation, for the caller to close.
  */
-static void
+static Relation
 insert_work(EState *estate, Datum id, Datum kind, Datum next_at)
 {
 	ResultRelInfo *rri = makeNode(ResultRelInfo);
@@ -343,7 +344,7 @@ insert_work(EState *estate, Datum id, Datum kind, Datum next_at)
 	ExecConstraints(rri, slot, estate);
 	table_tuple_insert(rel, slot, estate->es_output_cid, 0, NULL);
 	list_free(ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL));
-	/* its indexes are closed with the others; the relation by the caller */
+	return rel;
 }
 
 /*
@@ -358,6 +359,7 @@ notif_fast_insert(Datum *given, bool *given_null, bool *inserted)
 	MemoryContext old = MemoryContextSwitchTo(estate->es_query_cxt);
 	ResultRelInfo *rri = makeNode(ResultRelInfo);
 	Relation	rel;
+	Relation	work = NULL;	/* notif_active, once its row is written */
 	TupleTableSlot *slot;
 	List	   *arbiters = list_make1_oid(cache.arbiter);
 	List	   *recheck;
@@ -428,9 +430,9 @@ notif_fast_insert(Datum *given, bool *given_null, bool *inserted)
 		ExecARInsertTriggers(estate, rri, slot, recheck, NULL);
 		id = DatumGetInt64(slot->tts_values[cache.att_id - 1]);
 		if (OidIsValid(cache.work_relid))
-			insert_work(estate, slot->tts_values[cache.att_id - 1],
-						slot->tts_values[cache.att[NOTIF_FAST_KIND] - 1],
-						slot->tts_values[cache.att[NOTIF_FAST_NEXT_AT] - 1]);
+			work = insert_work(estate, slot->tts_values[cache.att_id - 1],
+							   slot->tts_values[cache.att[NOTIF_FAST_KIND] - 1],
+							   slot->tts_values[cache.att[NOTIF_FAST_NEXT_AT] - 1]);
 		*inserted = true;
 		break;
 	}
@@ -439,9 +441,8 @@ notif_fast_insert(Datum *given, bool *given_null, bool *inserted)
 
 	/* closes our indexes, and what the triggers opened */
 	ExecCloseResultRelations(estate);
-	if (list_length(estate->es_opened_result_relations) > 1)
-		table_close(((ResultRelInfo *) llast(estate->es_opened_result_relations))->ri_RelationDesc,
-					NoLock);	/* notif_active (insert_work) */
+	if (work)
+		table_close(work, NoLock);
 	table_close(rel, NoLock);
 	ExecResetTupleTable(estate->es_tupleTable, false);
 	MemoryContextSwitchTo(old);
