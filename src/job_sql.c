@@ -16,8 +16,8 @@
  * where the planner may use nothing else (notif_sql_planner_settings: no
  * sequential, bitmap, hash or merge plans), so no statistics, stale or
  * fresh, can make a scan of the whole table look cheaper.  (Planning them
- * at each execution instead, with the sizes known, cost the sender about
- * 9% of its CPU.)
+ * at each execution instead, with the sizes known, took 8-9% of a
+ * sender's CPU in a steady drain: doc/benchmarks.md.)
  *
  *-------------------------------------------------------------------------
  */
