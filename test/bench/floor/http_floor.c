@@ -1,0 +1,508 @@
+/*-------------------------------------------------------------------------
+ *
+ * http_floor.c
+ *      The HTTP floor under notif_deliver's sender (issue 15): a bare
+ *      libcurl client, no database, that drives libcurl the way the sender
+ *      does (src/http.c) and says what the HTTP part of a job costs.
+ *
+ * The same machinery as the sender: the multi interface driven by
+ * curl_multi_socket_action over an epoll set (CURLMOPT_SOCKETFUNCTION and
+ * CURLMOPT_TIMERFUNCTION), easy handles reset and reused from a free list,
+ * a fixed number of calls in flight over HTTP/1.1 keep-alive connections
+ * (CURLMOPT_MAXCONNECTS as many), and per call the options and headers
+ * that src/http.c start() and src/request.c set for a plain-http json
+ * provider: POST with CURLOPT_POSTFIELDS (at_least_once), Content-Type,
+ * "Expect:", Idempotency-Key "kind:user_id:order_id", the User-Agent, the
+ * timeouts, NOSIGNAL, a write callback keeping the printable start of the
+ * body, and after the call the four curl_easy_getinfo of collect_done().
+ * The header list is built per call with curl_slist_append, as the sender
+ * does today; --shared-headers links a per-call Idempotency-Key node in
+ * front of one list built once (no allocation per call), to measure that
+ * lever.  What the sender does besides (SQL, memory contexts, building the
+ * body from jsonb, the latch) is not here: this is the floor under it.
+ *
+ *   http_floor [--url URL] [--calls N] [--inflight N] [--warmup N]
+ *              [--sim-pid PID] [--perf-ctl CTL,ACK]... [--shared-headers]
+ *
+ * It completes --warmup calls first (default: --inflight, so that every
+ * connection is open), then measures --calls calls with --inflight always
+ * in flight, then lets the rest finish unmeasured.  It prints one line of
+ * "name value" pairs: calls, seconds, calls_per_s, user_per_1k,
+ * sys_per_1k, cpu_per_1k (its own CPU seconds per 1,000 calls, getrusage),
+ * csw_per_call (its context switches), and with --sim-pid the simulator's
+ * CPU per 1,000 calls over the same window (sim_cpu_per_1k, from
+ * /proc/PID/task/N/schedstat; sim_user_per_1k and sim_sys_per_1k from
+ * /proc/PID/stat, in clock ticks).  Each --perf-ctl names the control and
+ * ack fifos of a `perf stat --delay=-1 --control fifo:CTL,ACK`: the
+ * window's start writes "enable" to each, its end "disable", so that perf
+ * counts the measured calls only.  Exits 1 if a call did not get a 2xx.
+ *
+ *-------------------------------------------------------------------------
+ */
+#define _GNU_SOURCE
+
+#include <curl/curl.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_INFLIGHT 4096
+#define MAX_PERF 4
+/* what notif_build_request sends for {"to":"+84900000000","text":"hello"} */
+#define BODY "{\"to\": \"+84900000000\", \"text\": \"hello\"}"
+
+typedef struct Call
+{
+	CURL	   *easy;
+	struct curl_slist *headers; /* per call: curl_slist_append */
+	struct curl_slist key_node; /* --shared-headers: in front of the list */
+	char		key_header[96];
+	char		response[256];	/* the start of the body, as the sender keeps */
+	size_t		response_len;
+	char		errbuf[CURL_ERROR_SIZE];
+	struct Call *next_free;
+} Call;
+
+static const char *url = "http://127.0.0.1:26451/send";
+static long n_calls = 30000;
+static int	n_inflight_max = 512;
+static long n_warmup = -1;
+static int	sim_pid = 0;
+static bool shared_headers = false;
+static int	n_perf = 0;
+static int	perf_ctl[MAX_PERF];
+static int	perf_ack[MAX_PERF];
+
+static CURLM *multi;
+static int	epfd;
+static double timer_at = -1;	/* monotonic seconds; -1: no timer */
+static Call calls[MAX_INFLIGHT];
+static Call *free_calls;
+static CURL *idle_handles[MAX_INFLIGHT];
+static int	n_idle = 0;
+static struct curl_slist *provider_headers; /* --shared-headers */
+static long started = 0;
+static long done = 0;
+static long failed = 0;
+static int	inflight = 0;
+
+static void
+die(const char *what)
+{
+	fprintf(stderr, "http_floor: %s\n", what);
+	exit(2);
+}
+
+static double
+now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int
+socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
+{
+	struct epoll_event ev = {0};
+
+	(void) easy;
+	(void) userp;
+	if (what == CURL_POLL_REMOVE)
+	{
+		if (socketp)
+			(void) epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL);
+		curl_multi_assign(multi, fd, NULL);
+		return 0;
+	}
+	ev.data.fd = fd;
+	if (what == CURL_POLL_IN || what == CURL_POLL_INOUT)
+		ev.events |= EPOLLIN;
+	if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
+		ev.events |= EPOLLOUT;
+	if (epoll_ctl(epfd, socketp ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0 &&
+		!(errno == ENOENT && epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0) &&
+		!(errno == EEXIST && epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev) == 0))
+		die("epoll_ctl failed");
+	curl_multi_assign(multi, fd, (void *) 1);
+	return 0;
+}
+
+static int
+timer_cb(CURLM *m, long timeout_ms, void *userp)
+{
+	(void) m;
+	(void) userp;
+	timer_at = timeout_ms < 0 ? -1 : now_s() + timeout_ms / 1000.0;
+	return 0;
+}
+
+/* the printable start of the body, as src/http.c write_cb keeps it */
+static size_t
+write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	Call	   *call = userdata;
+	size_t		n = size * nmemb;
+	size_t		room = sizeof(call->response) - 1 - call->response_len;
+	size_t		i;
+
+	for (i = 0; i < n && room > 0; i++, room--)
+	{
+		unsigned char c = (unsigned char) ptr[i];
+
+		call->response[call->response_len++] = (c >= 0x20 && c < 0x7f) ? (char) c : '?';
+	}
+	call->response[call->response_len] = '\0';
+	return n;
+}
+
+static void
+start_call(void)
+{
+	Call	   *call = free_calls;
+	CURL	   *easy = n_idle > 0 ? idle_handles[--n_idle] : curl_easy_init();
+
+	if (easy == NULL)
+		die("curl_easy_init failed");
+	free_calls = call->next_free;
+	call->easy = easy;
+	call->errbuf[0] = '\0';
+	call->response_len = 0;
+	/* the key of job "started" of user "started", order "o", type bench */
+	snprintf(call->key_header, sizeof(call->key_header),
+			 "Idempotency-Key: bench:%ld:o", started + 1);
+	if (shared_headers)
+	{
+		call->key_node.data = call->key_header;
+		call->key_node.next = provider_headers;
+		call->headers = &call->key_node;
+	}
+	else
+	{
+		struct curl_slist *h = NULL;
+
+		h = curl_slist_append(h, "Content-Type: application/json");
+		h = curl_slist_append(h, "Expect:");
+		h = curl_slist_append(h, call->key_header);
+		if (h == NULL)
+			die("out of memory");
+		call->headers = h;
+	}
+
+	curl_easy_setopt(easy, CURLOPT_PRIVATE, call);
+	curl_easy_setopt(easy, CURLOPT_URL, url);
+	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_1_1);
+	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 1L);
+	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 2L);
+	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, 5000L);
+	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
+	curl_easy_setopt(easy, CURLOPT_HTTPHEADER, call->headers);
+	curl_easy_setopt(easy, CURLOPT_USERAGENT, "notif_deliver/1.2");
+	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, call->errbuf);
+	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, write_cb);
+	curl_easy_setopt(easy, CURLOPT_WRITEDATA, call);
+	curl_easy_setopt(easy, CURLOPT_POST, 1L);
+	curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) strlen(BODY));
+	curl_easy_setopt(easy, CURLOPT_POSTFIELDS, BODY);
+	if (curl_multi_add_handle(multi, easy) != CURLM_OK)
+		die("curl_multi_add_handle failed");
+	started++;
+	inflight++;
+}
+
+/* finished calls: read them as collect_done() does, free their handle */
+static void
+collect_done(void)
+{
+	CURLMsg    *msg;
+	int			left;
+
+	while ((msg = curl_multi_info_read(multi, &left)) != NULL)
+	{
+		Call	   *call;
+		long		status = 0;
+		long		request_size = 0;
+		long		version = 0;
+		curl_off_t	retry_after = 0;
+
+		if (msg->msg != CURLMSG_DONE)
+			continue;
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &call);
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &status);
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_REQUEST_SIZE, &request_size);
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_RETRY_AFTER, &retry_after);
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_HTTP_VERSION, &version);
+		if (msg->data.result != CURLE_OK || status < 200 || status > 299)
+		{
+			if (failed++ < 5)
+				fprintf(stderr, "http_floor: call failed: %s (HTTP %ld) %s\n",
+						call->errbuf[0] ? call->errbuf : curl_easy_strerror(msg->data.result),
+						status, call->response);
+		}
+		curl_multi_remove_handle(multi, msg->easy_handle);
+		curl_easy_reset(msg->easy_handle);
+		idle_handles[n_idle++] = msg->easy_handle;
+		if (!shared_headers)
+			curl_slist_free_all(call->headers);
+		call->headers = NULL;
+		call->next_free = free_calls;
+		free_calls = call;
+		inflight--;
+		done++;
+	}
+}
+
+/* one turn of the loop: wait for sockets or the timer, let libcurl work */
+static void
+drive(void)
+{
+	struct epoll_event evs[64];
+	int			running;
+	int			timeout = -1;
+	int			n,
+				i;
+
+	if (timer_at >= 0)
+	{
+		double		left = timer_at - now_s();
+
+		timeout = left <= 0 ? 0 : (int) (left * 1000 + 0.999);
+	}
+	n = epoll_wait(epfd, evs, 64, timeout);
+	if (n < 0 && errno != EINTR)
+		die("epoll_wait failed");
+	for (i = 0; i < n; i++)
+	{
+		int			flags = 0;
+
+		if (evs[i].events & (EPOLLIN | EPOLLHUP))
+			flags |= CURL_CSELECT_IN;
+		if (evs[i].events & EPOLLOUT)
+			flags |= CURL_CSELECT_OUT;
+		if (evs[i].events & EPOLLERR)
+			flags |= CURL_CSELECT_ERR;
+		curl_multi_socket_action(multi, evs[i].data.fd, flags, &running);
+	}
+	if (timer_at >= 0 && now_s() >= timer_at)
+	{
+		timer_at = -1;
+		curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running);
+	}
+	collect_done();
+}
+
+typedef struct Sample
+{
+	double		at;
+	struct rusage ru;
+	double		sim_cpu;		/* seconds, schedstat */
+	double		sim_user;		/* seconds, /proc/PID/stat */
+	double		sim_sys;
+} Sample;
+
+/* the simulator's CPU: every thread's run time, and user and system */
+static void
+sample_sim(Sample *s)
+{
+	char		path[64];
+	DIR		   *dir;
+	struct dirent *de;
+	FILE	   *f;
+	unsigned long long ns;
+	unsigned long utime,
+				stime;
+
+	s->sim_cpu = s->sim_user = s->sim_sys = 0;
+	if (sim_pid == 0)
+		return;
+	snprintf(path, sizeof(path), "/proc/%d/task", sim_pid);
+	if ((dir = opendir(path)) == NULL)
+		die("cannot read the simulator's /proc/PID/task");
+	while ((de = readdir(dir)) != NULL)
+	{
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%.16s/schedstat", sim_pid, de->d_name);
+		if ((f = fopen(path, "r")) == NULL)
+			continue;
+		if (fscanf(f, "%llu", &ns) == 1)
+			s->sim_cpu += ns / 1e9;
+		fclose(f);
+	}
+	closedir(dir);
+	snprintf(path, sizeof(path), "/proc/%d/stat", sim_pid);
+	if ((f = fopen(path, "r")) == NULL ||
+		fscanf(f, "%*d (%*[^)]) %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+			   &utime, &stime) != 2)
+		die("cannot read the simulator's /proc/PID/stat");
+	fclose(f);
+	s->sim_user = (double) utime / sysconf(_SC_CLK_TCK);
+	s->sim_sys = (double) stime / sysconf(_SC_CLK_TCK);
+}
+
+static void
+sample(Sample *s)
+{
+	s->at = now_s();
+	getrusage(RUSAGE_SELF, &s->ru);
+	sample_sim(s);
+}
+
+/* tell each perf stat to enable or disable its counters, wait for its ack */
+static void
+perf_command(const char *cmd)
+{
+	char		ack[16];
+	int			i;
+
+	for (i = 0; i < n_perf; i++)
+		if (write(perf_ctl[i], cmd, strlen(cmd)) != (ssize_t) strlen(cmd) ||
+			read(perf_ack[i], ack, sizeof(ack)) <= 0)
+			die("perf control failed");
+}
+
+static double
+tv(struct timeval t)
+{
+	return t.tv_sec + t.tv_usec / 1e6;
+}
+
+static void
+parse_options(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"url", required_argument, NULL, 'u'},
+		{"calls", required_argument, NULL, 'n'},
+		{"inflight", required_argument, NULL, 'i'},
+		{"warmup", required_argument, NULL, 'w'},
+		{"sim-pid", required_argument, NULL, 's'},
+		{"perf-ctl", required_argument, NULL, 'p'},
+		{"shared-headers", no_argument, NULL, 'H'},
+		{NULL, 0, NULL, 0}
+	};
+	int			ch;
+	char	   *comma;
+
+	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1)
+	{
+		switch (ch)
+		{
+			case 'u':
+				url = optarg;
+				break;
+			case 'n':
+				n_calls = atol(optarg);
+				break;
+			case 'i':
+				n_inflight_max = atoi(optarg);
+				break;
+			case 'w':
+				n_warmup = atol(optarg);
+				break;
+			case 's':
+				sim_pid = atoi(optarg);
+				break;
+			case 'p':
+				if (n_perf == MAX_PERF || (comma = strchr(optarg, ',')) == NULL)
+					die("--perf-ctl CTL,ACK (at most 4)");
+				*comma = '\0';
+				if ((perf_ctl[n_perf] = open(optarg, O_WRONLY)) < 0 ||
+					(perf_ack[n_perf] = open(comma + 1, O_RDONLY)) < 0)
+					die("cannot open the perf control fifos");
+				n_perf++;
+				break;
+			case 'H':
+				shared_headers = true;
+				break;
+			default:
+				die("usage: http_floor [--url URL] [--calls N] [--inflight N] [--warmup N]"
+					" [--sim-pid PID] [--perf-ctl CTL,ACK]... [--shared-headers]");
+		}
+	}
+	if (n_calls < 1 || n_inflight_max < 1 || n_inflight_max > MAX_INFLIGHT || optind < argc)
+		die("--calls at least 1, --inflight 1 to 4096");
+	if (n_warmup < 0)
+		n_warmup = n_inflight_max;
+}
+
+int
+main(int argc, char **argv)
+{
+	Sample		s0,
+				s1;
+	double		secs;
+	double		k;
+	int			i;
+
+	parse_options(argc, argv);
+	if (curl_global_init(CURL_GLOBAL_ALL) != CURLE_OK)
+		die("curl_global_init failed");
+	if ((epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 || (multi = curl_multi_init()) == NULL)
+		die("epoll_create1 or curl_multi_init failed");
+	curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
+	curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, timer_cb);
+	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) n_inflight_max);
+	provider_headers = curl_slist_append(NULL, "Content-Type: application/json");
+	provider_headers = curl_slist_append(provider_headers, "Expect:");
+	for (i = n_inflight_max - 1; i >= 0; i--)
+	{
+		calls[i].next_free = free_calls;
+		free_calls = &calls[i];
+	}
+
+	/* warm-up, then the measured window with the same calls in flight */
+	while (done < n_warmup)
+	{
+		while (inflight < n_inflight_max && started < n_warmup + n_calls)
+			start_call();
+		drive();
+	}
+	perf_command("enable\n");
+	sample(&s0);
+	while (done < n_warmup + n_calls)
+	{
+		while (inflight < n_inflight_max && started < n_warmup + n_calls + n_inflight_max)
+			start_call();
+		drive();
+	}
+	sample(&s1);
+	perf_command("disable\n");
+	while (inflight > 0)
+		drive();
+
+	secs = s1.at - s0.at;
+	k = 1000.0 / n_calls;
+	printf("calls %ld seconds %.3f calls_per_s %.0f user_per_1k %.4f sys_per_1k %.4f cpu_per_1k %.4f"
+		   " csw_per_call %.3f",
+		   n_calls, secs, n_calls / secs,
+		   (tv(s1.ru.ru_utime) - tv(s0.ru.ru_utime)) * k,
+		   (tv(s1.ru.ru_stime) - tv(s0.ru.ru_stime)) * k,
+		   (tv(s1.ru.ru_utime) - tv(s0.ru.ru_utime) + tv(s1.ru.ru_stime) - tv(s0.ru.ru_stime)) * k,
+		   (double) (s1.ru.ru_nvcsw - s0.ru.ru_nvcsw + s1.ru.ru_nivcsw - s0.ru.ru_nivcsw) / n_calls);
+	if (sim_pid)
+		printf(" sim_cpu_per_1k %.4f sim_user_per_1k %.4f sim_sys_per_1k %.4f",
+			   (s1.sim_cpu - s0.sim_cpu) * k, (s1.sim_user - s0.sim_user) * k,
+			   (s1.sim_sys - s0.sim_sys) * k);
+	printf(" failed %ld\n", failed);
+
+	while (n_idle > 0)
+		curl_easy_cleanup(idle_handles[--n_idle]);
+	curl_multi_cleanup(multi);
+	curl_slist_free_all(provider_headers);
+	curl_global_cleanup();
+	close(epfd);
+	return failed > 0 ? 1 : 0;
+}

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# test/bench/http_floor.sh: the HTTP floor under the sender (issue 15): what
+# the HTTP part of a job costs a libcurl client that drives libcurl as the
+# sender does, with no database at all.  test/bench/floor/http_floor.c (built
+# here, into the work folder) sends CALLS POSTs to the provider simulator
+# with INFLIGHT always in flight over HTTP/1.1 keep-alive, after a warm-up
+# of INFLIGHT calls (every connection open), and measures its own CPU (user
+# and system, getrusage) and the simulator's over those calls.  Each round
+# runs it once per latency; the medians of the rounds are the result.
+# Compare with test/bench/sender_cost.sh's sender_cpu_per_1k (the sender,
+# database work included) at the same CALLS, INFLIGHT and latency.
+#
+#   bash test/bench/http_floor.sh [CALLS] [INFLIGHT]    (defaults 30000 512)
+#
+# Environment: FLOOR_ROUNDS [5]; FLOOR_LATENCIES ["0 50"] (the simulator's
+# answer latency, ms); FLOOR_ARGS (more options for the client, e.g.
+# "--shared-headers": one header list built once, the Idempotency-Key
+# linked in front of it per call, instead of a list per call as the
+# sender builds today); FLOOR_SYSCALLS=1: after the rounds, one more run
+# per latency under `perf stat` (tracepoints syscalls:sys_enter_*, enabled
+# by the client for the measured calls only), printing the system calls
+# per call of the client and of the simulator, by name (perf's tracing
+# slows both down: that run's CPU is not reported); BENCH_SIM_PORT
+# [26451] (the simulator's port; see test/bench/lib.sh).  Needs the
+# simulator built (make -C test/sim), libcurl's headers (test/deps.sh) and,
+# for FLOOR_SYSCALLS, perf (Debian package linux-perf) run as root.
+# About 30 s at the defaults.
+# Prints a table, then "RESULT floor_<latency>ms_<what> value" lines (what:
+# calls_per_s, cpu_per_1k, user_per_1k, sys_per_1k: the client's CPU
+# seconds per 1,000 calls; sim_cpu_per_1k: the simulator's; csw_per_call:
+# the client's context switches per call; with FLOOR_SYSCALLS,
+# syscalls_per_call and sim_syscalls_per_call).
+set -euo pipefail
+# not lib.sh's default: the other benchmarks' ports stay free
+BENCH_SIM_PORT=${BENCH_SIM_PORT:-26451}
+. "$(dirname "$0")/lib.sh"
+CALLS=${1:-30000}
+INFLIGHT=${2:-512}
+ROUNDS=${FLOOR_ROUNDS:-5}
+LATENCIES=${FLOOR_LATENCIES:-0 50}
+SYSCALLS=${FLOOR_SYSCALLS:-0}
+read -ra ARGS <<<"${FLOOR_ARGS:-}"
+SIM=$BENCH_SIM_PORT
+
+bench_dir floor
+perf_pid=
+floor_cleanup() {
+	[ -z "$perf_pid" ] || kill -INT "$perf_pid" 2>/dev/null || true
+	bench_cleanup
+}
+trap floor_cleanup EXIT
+if [ "$SYSCALLS" = 1 ] && ! command -v perf >/dev/null; then
+	echo "FLOOR_SYSCALLS=1 needs perf (apt-get install linux-perf)" >&2
+	exit 2
+fi
+CLIENT=$BENCH_DIR/http_floor
+make -s -C "$BENCH_HERE/bench/floor" OUT="$CLIENT" >/dev/null
+sim_start floor "$SIM"
+sim_pid=${_bench_sims[0]}
+
+# one run of the client at one latency: prints its "name value ..." line
+run_client() {	# LATENCY [CLIENT OPTIONS...]
+	local latency=$1
+	shift
+	sim_get "$SIM" "/config?latency_ms=$latency" >/dev/null
+	sim_get "$SIM" /reset >/dev/null
+	"$@" --url "http://127.0.0.1:$SIM/send" --calls "$CALLS" --inflight "$INFLIGHT" \
+		--sim-pid "$sim_pid" ${ARGS[@]+"${ARGS[@]}"}
+}
+
+# the value of NAME in a line of "name value" pairs
+field() {	# LINE NAME
+	awk -v k="$2" '{ for (i = 1; i < NF; i += 2) if ($i == k) { print $(i + 1); exit } }' <<<"$1"
+}
+
+echo "http floor: $CALLS calls per run, $INFLIGHT in flight, $ROUNDS rounds, client options: ${FLOOR_ARGS:-none};"
+echo "$(curl-config --version), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+cols="calls_per_s cpu_per_1k user_per_1k sys_per_1k sim_cpu_per_1k csw_per_call"
+printf '%-5s %7s %11s %10s %11s %10s %14s %12s\n' round latency $cols
+rows=()
+for round in $(seq 1 "$ROUNDS"); do
+	for latency in $LATENCIES; do
+		line=$(run_client "$latency" "$CLIENT")
+		row="$latency"
+		for c in $cols; do row+=" $(field "$line" "$c")"; done
+		rows+=("$row")
+		printf '%-5s %5sms %11s %10s %11s %10s %14s %12s\n' "$round" $row
+	done
+done
+
+median() {	# latency column
+	printf '%s\n' "${rows[@]}" | awk -v l="$1" -v c="$2" '$1 == l { print $c }' |
+		sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'
+}
+echo "medians (load now $(cut -d' ' -f1-3 /proc/loadavg)):"
+printf '%7s %11s %10s %11s %10s %14s %12s\n' latency $cols
+for latency in $LATENCIES; do
+	line="$latency"
+	i=2
+	for c in $cols; do
+		m=$(median "$latency" $i)
+		line+=" $m"
+		result "floor_${latency}ms_$c" "$m"
+		i=$((i + 1))
+	done
+	printf '%5sms %11s %10s %11s %10s %14s %12s\n' $line
+done >"$BENCH_DIR/medians"
+grep -v '^RESULT ' "$BENCH_DIR/medians"
+results=$(grep '^RESULT ' "$BENCH_DIR/medians")
+
+# system calls per call, by name, from a `perf stat -x,` file
+per_call() {	# FILE WHO LATENCY
+	awk -F, -v n="$CALLS" -v who="$2" -v l="$3" '
+		$3 == "raw_syscalls:sys_enter" { total = $1 / n; next }
+		$3 ~ /^syscalls:sys_enter_/ && $1 + 0 > 0 {
+			name = substr($3, 20); c = $1 / n
+			if (c >= 0.005) list = list sprintf(" %s %.2f", name, c) }
+		END { printf "%s %sms: %.2f per call:%s\n", who, l, total, list }' "$1"
+}
+
+if [ "$SYSCALLS" = 1 ]; then
+	echo "system calls per call (one run per latency under perf stat):"
+	events='raw_syscalls:sys_enter,syscalls:sys_enter_*'
+	for latency in $LATENCIES; do
+		d=$BENCH_DIR/perf_$latency
+		mkdir "$d"
+		mkfifo "$d/cc" "$d/ca" "$d/sc" "$d/sa"
+		# held open here too, so that no open of a fifo waits for the other end
+		exec {f1}<>"$d/cc" {f2}<>"$d/ca" {f3}<>"$d/sc" {f4}<>"$d/sa"
+		perf stat -x, -D -1 --control "fifo:$d/sc,$d/sa" -e "$events" -p "$sim_pid" \
+			-o "$d/sim" 2>>"$BENCH_DIR/perf.log" &
+		perf_pid=$!
+		run_client "$latency" perf stat -x, -D -1 --control "fifo:$d/cc,$d/ca" -e "$events" \
+			-o "$d/client" -- "$CLIENT" --perf-ctl "$d/cc,$d/ca" --perf-ctl "$d/sc,$d/sa" \
+			2>>"$BENCH_DIR/perf.log" >/dev/null
+		kill -INT "$perf_pid"
+		wait "$perf_pid" || true
+		perf_pid=
+		exec {f1}<&- {f2}<&- {f3}<&- {f4}<&-
+		c=$(per_call "$d/client" client "$latency")
+		s=$(per_call "$d/sim" simulator "$latency")
+		echo "$c"
+		echo "$s"
+		results+=$'\n'"RESULT floor_${latency}ms_syscalls_per_call $(awk '{ print $3 }' <<<"$c")"
+		results+=$'\n'"RESULT floor_${latency}ms_sim_syscalls_per_call $(awk '{ print $3 }' <<<"$s")"
+	done
+fi
+echo "$results"
