@@ -46,6 +46,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -369,9 +370,14 @@ perf_command(const char *cmd)
 	int			i;
 
 	for (i = 0; i < n_perf; i++)
+	{
+		struct pollfd pfd = {.fd = perf_ack[i],.events = POLLIN};
+
+		/* (a perf that is gone never answers: give up after 10 s) */
 		if (write(perf_ctl[i], cmd, strlen(cmd)) != (ssize_t) strlen(cmd) ||
-			read(perf_ack[i], ack, sizeof(ack)) <= 0)
-			die("perf control failed");
+			poll(&pfd, 1, 10000) != 1 || read(perf_ack[i], ack, sizeof(ack)) <= 0)
+			die("no answer from perf stat on its control fifo");
+	}
 }
 
 static double
