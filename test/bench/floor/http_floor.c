@@ -21,8 +21,35 @@
  * lever.  What the sender does besides (SQL, memory contexts, building the
  * body from jsonb, the latch) is not here: this is the floor under it.
  *
+ * More levers, each its own option (http_floor.sh's FLOOR_VARIANTS runs
+ * them side by side):
+ *   --park          keep an idle connection's socket in the epoll set when
+ *                   libcurl unwatches it (CURL_POLL_REMOVE), so that the
+ *                   next call on that connection makes no epoll_ctl; see
+ *                   the comment at the top of park.c for the rules.
+ *   --no-proxy      CURLOPT_PROXY "" per call: libcurl reads no proxy
+ *                   environment variables (this changes behaviour for a
+ *                   user who relies on http_proxy and friends).
+ *   --no-reset      no curl_easy_reset between calls: the options that are
+ *                   the same for every call are set once per handle, only
+ *                   the per-call ones (private, URL, headers, body, error
+ *                   buffer, write data) per call.
+ *   --maxconnects N CURLMOPT_MAXCONNECTS N instead of --inflight (0:
+ *                   libcurl's default).
+ * Checks of --park's correctness (park_check.sh): --close-every N sends
+ * "Connection: close" on every Nth call (the simulator closes, libcurl
+ * closes its socket, a new one often gets the same number); --idle-close,
+ * after the calls, terminates the simulator (--sim-pid) while every
+ * connection is parked and waits until each parked socket's end-of-file
+ * event has taken it out of the epoll set (exit 3 if that takes more than
+ * 1,000 turns of the loop or 5 s: a spinning loop).  With --park the client
+ * also checks at exit that every socket opened through the open callback
+ * was closed through the close callback (exit 3 if not).
+ *
  *   http_floor [--url URL] [--calls N] [--inflight N] [--warmup N]
  *              [--sim-pid PID] [--perf-ctl CTL,ACK]... [--shared-headers]
+ *              [--park] [--no-proxy] [--no-reset] [--maxconnects N]
+ *              [--close-every N] [--idle-close]
  *
  * It completes --warmup calls first (default: --inflight, so that every
  * connection is open), then measures --calls calls with --inflight always
@@ -35,7 +62,10 @@
  * /proc/PID/stat, in clock ticks).  Each --perf-ctl names the control and
  * ack fifos of a `perf stat --delay=-1 --control fifo:CTL,ACK`: the
  * window's start writes "enable" to each, its end "disable", so that perf
- * counts the measured calls only.  Exits 1 if a call did not get a 2xx.
+ * counts the measured calls only.  With --park the line also has
+ * sockets_opened and sockets_closed (through the callbacks, over the whole
+ * run) and parked_events (events on a parked socket: taken out of the
+ * epoll set).  Exits 1 if a call did not get a 2xx.
  *
  *-------------------------------------------------------------------------
  */
@@ -51,10 +81,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "park.h"
 
 #define MAX_INFLIGHT 4096
 #define MAX_PERF 4
@@ -79,6 +112,12 @@ static int	n_inflight_max = 512;
 static long n_warmup = -1;
 static int	sim_pid = 0;
 static bool shared_headers = false;
+static bool park = false;
+static bool no_proxy = false;
+static bool no_reset = false;
+static long maxconnects = -1;	/* -1: --inflight */
+static long close_every = 0;
+static bool idle_close = false;
 static int	n_perf = 0;
 static int	perf_ctl[MAX_PERF];
 static int	perf_ack[MAX_PERF];
@@ -171,8 +210,14 @@ static void
 start_call(void)
 {
 	Call	   *call = free_calls;
-	CURL	   *easy = n_idle > 0 ? idle_handles[--n_idle] : curl_easy_init();
+	CURL	   *easy;
 
+	bool		fresh = n_idle == 0 || !no_reset;
+
+	if (n_idle > 0)
+		easy = idle_handles[--n_idle];
+	else
+		easy = curl_easy_init();
 	if (easy == NULL)
 		die("curl_easy_init failed");
 	free_calls = call->next_free;
@@ -195,27 +240,39 @@ start_call(void)
 		h = curl_slist_append(h, "Content-Type: application/json");
 		h = curl_slist_append(h, "Expect:");
 		h = curl_slist_append(h, call->key_header);
+		if (close_every > 0 && (started + 1) % close_every == 0)
+			h = curl_slist_append(h, "Connection: close");
 		if (h == NULL)
 			die("out of memory");
 		call->headers = h;
 	}
 
+	/* what every call sets alike: per call, or once per handle (--no-reset) */
+	if (fresh)
+	{
+		curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+		curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
+		curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_1_1);
+		curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+		curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 1L);
+		curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 2L);
+		curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, 5000L);
+		curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
+		curl_easy_setopt(easy, CURLOPT_USERAGENT, "notif_deliver/1.2");
+		curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, write_cb);
+		curl_easy_setopt(easy, CURLOPT_POST, 1L);
+		if (no_proxy)
+			curl_easy_setopt(easy, CURLOPT_PROXY, "");
+		/* easy-handle options: curl_easy_reset clears them */
+		if (park)
+			park_set_callbacks(easy);
+	}
+	/* what differs per call */
 	curl_easy_setopt(easy, CURLOPT_PRIVATE, call);
 	curl_easy_setopt(easy, CURLOPT_URL, url);
-	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
-	curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_1_1);
-	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 1L);
-	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 2L);
-	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, 5000L);
-	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
 	curl_easy_setopt(easy, CURLOPT_HTTPHEADER, call->headers);
-	curl_easy_setopt(easy, CURLOPT_USERAGENT, "notif_deliver/1.2");
 	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, call->errbuf);
-	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, write_cb);
 	curl_easy_setopt(easy, CURLOPT_WRITEDATA, call);
-	curl_easy_setopt(easy, CURLOPT_POST, 1L);
 	curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) strlen(BODY));
 	curl_easy_setopt(easy, CURLOPT_POSTFIELDS, BODY);
 	if (curl_multi_add_handle(multi, easy) != CURLM_OK)
@@ -254,7 +311,8 @@ collect_done(void)
 						status, call->response);
 		}
 		curl_multi_remove_handle(multi, msg->easy_handle);
-		curl_easy_reset(msg->easy_handle);
+		if (!no_reset)
+			curl_easy_reset(msg->easy_handle);
 		idle_handles[n_idle++] = msg->easy_handle;
 		if (!shared_headers)
 			curl_slist_free_all(call->headers);
@@ -289,6 +347,9 @@ drive(void)
 	{
 		int			flags = 0;
 
+		/* a parked socket's event: out of the set, not libcurl's business */
+		if (park && park_event_is_stray(evs[i].data.fd))
+			continue;
 		if (evs[i].events & (EPOLLIN | EPOLLHUP))
 			flags |= CURL_CSELECT_IN;
 		if (evs[i].events & EPOLLOUT)
@@ -397,6 +458,12 @@ parse_options(int argc, char **argv)
 		{"sim-pid", required_argument, NULL, 's'},
 		{"perf-ctl", required_argument, NULL, 'p'},
 		{"shared-headers", no_argument, NULL, 'H'},
+		{"park", no_argument, NULL, 'P'},
+		{"no-proxy", no_argument, NULL, 'X'},
+		{"no-reset", no_argument, NULL, 'R'},
+		{"maxconnects", required_argument, NULL, 'm'},
+		{"close-every", required_argument, NULL, 'c'},
+		{"idle-close", no_argument, NULL, 'I'},
 		{NULL, 0, NULL, 0}
 	};
 	int			ch;
@@ -433,15 +500,65 @@ parse_options(int argc, char **argv)
 			case 'H':
 				shared_headers = true;
 				break;
+			case 'P':
+				park = true;
+				break;
+			case 'X':
+				no_proxy = true;
+				break;
+			case 'R':
+				no_reset = true;
+				break;
+			case 'm':
+				maxconnects = atol(optarg);
+				break;
+			case 'c':
+				close_every = atol(optarg);
+				break;
+			case 'I':
+				idle_close = true;
+				break;
 			default:
 				die("usage: http_floor [--url URL] [--calls N] [--inflight N] [--warmup N]"
-					" [--sim-pid PID] [--perf-ctl CTL,ACK]... [--shared-headers]");
+					" [--sim-pid PID] [--perf-ctl CTL,ACK]... [--shared-headers]"
+					" [--park] [--no-proxy] [--no-reset] [--maxconnects N]"
+					" [--close-every N] [--idle-close]");
 		}
 	}
 	if (n_calls < 1 || n_inflight_max < 1 || n_inflight_max > MAX_INFLIGHT || optind < argc)
 		die("--calls at least 1, --inflight 1 to 4096");
 	if (n_warmup < 0)
 		n_warmup = n_inflight_max;
+	if (maxconnects < 0)
+		maxconnects = n_inflight_max;
+	if (idle_close && (!park || sim_pid == 0))
+		die("--idle-close needs --park and --sim-pid");
+}
+
+/*
+ * --idle-close: every connection is parked now; terminate the simulator
+ * and wait until each parked socket's end-of-file has taken it out of the
+ * epoll set.  A loop that handed those events to libcurl without taking
+ * the sockets out would spin here (level-triggered): exit 3 then.
+ */
+static void
+check_idle_close(void)
+{
+	int			parked = park_parked_count();
+	int			turns = 0;
+	double		until = now_s() + 5;
+
+	if (kill(sim_pid, SIGTERM) != 0)
+		die("cannot terminate the simulator");
+	while (park_parked_count() > 0 && turns < 1000 && now_s() < until)
+	{
+		drive();
+		turns++;
+	}
+	fprintf(stderr, "http_floor: --idle-close: %d parked sockets, %d left after %d turns of the loop,"
+			" %ld events on parked sockets\n", parked, park_parked_count(), turns, park_events);
+	if (parked == 0 || park_parked_count() > 0)
+		exit(3);
 }
 
 int
@@ -458,9 +575,10 @@ main(int argc, char **argv)
 		die("curl_global_init failed");
 	if ((epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 || (multi = curl_multi_init()) == NULL)
 		die("epoll_create1 or curl_multi_init failed");
-	curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
+	curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, park ? park_socket_cb : socket_cb);
 	curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, timer_cb);
-	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) n_inflight_max);
+	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, maxconnects);
+	park_init(epfd);
 	provider_headers = curl_slist_append(NULL, "Content-Type: application/json");
 	provider_headers = curl_slist_append(provider_headers, "Expect:");
 	for (i = n_inflight_max - 1; i >= 0; i--)
@@ -488,6 +606,8 @@ main(int argc, char **argv)
 	perf_command("disable\n");
 	while (inflight > 0)
 		drive();
+	if (idle_close)
+		check_idle_close();
 
 	secs = s1.at - s0.at;
 	k = 1000.0 / n_calls;
@@ -498,6 +618,9 @@ main(int argc, char **argv)
 		   (tv(s1.ru.ru_stime) - tv(s0.ru.ru_stime)) * k,
 		   (tv(s1.ru.ru_utime) - tv(s0.ru.ru_utime) + tv(s1.ru.ru_stime) - tv(s0.ru.ru_stime)) * k,
 		   (double) (s1.ru.ru_nvcsw - s0.ru.ru_nvcsw + s1.ru.ru_nivcsw - s0.ru.ru_nivcsw) / n_calls);
+	if (park)
+		printf(" sockets_opened %ld sockets_closed_so_far %ld parked_events %ld",
+			   park_opened, park_closed, park_events);
 	if (sim_pid)
 		printf(" sim_cpu_per_1k %.4f sim_user_per_1k %.4f sim_sys_per_1k %.4f",
 			   (s1.sim_cpu - s0.sim_cpu) * k, (s1.sim_user - s0.sim_user) * k,
@@ -510,5 +633,7 @@ main(int argc, char **argv)
 	curl_slist_free_all(provider_headers);
 	curl_global_cleanup();
 	close(epfd);
-	return failed > 0 ? 1 : 0;
+	if (failed > 0)
+		return 1;
+	return park ? park_check_all_closed() : 0;
 }
