@@ -28,7 +28,12 @@
 # (tracepoints syscalls:sys_enter_*, enabled
 # by the client for the measured calls only), printing the system calls
 # per call of the client and of the simulator, by name (perf's tracing
-# slows both down: that run's CPU is not reported); BENCH_SIM_PORT
+# slows both down: that run's CPU is not reported); FLOOR_IR=1: per
+# variant, the client's user-space instructions per call, which unlike CPU
+# time hardly vary from run to run on a shared machine: two runs under
+# valgrind's callgrind at 0 ms (2,000 and 12,000 measured calls, 128 in
+# flight), their difference over 10,000 (about 10 s per variant; needs
+# valgrind); BENCH_SIM_PORT
 # [26451] (the simulator's port; see test/bench/lib.sh).  Needs the
 # simulator built (make -C test/sim), libcurl's headers (test/deps.sh) and,
 # for FLOOR_SYSCALLS, perf (Debian package linux-perf) run as root.
@@ -38,7 +43,8 @@
 # for the others (what: calls_per_s, cpu_per_1k, user_per_1k, sys_per_1k:
 # the client's CPU seconds per 1,000 calls; sim_cpu_per_1k: the
 # simulator's; csw_per_call: the client's context switches per call; with
-# FLOOR_SYSCALLS, syscalls_per_call and sim_syscalls_per_call; for the
+# FLOOR_SYSCALLS, syscalls_per_call and sim_syscalls_per_call; with
+# FLOOR_IR, instructions_per_call; for the
 # others also cpu_ratio and rate_ratio, the medians of the per-round
 # ratios).
 set -euo pipefail
@@ -50,6 +56,7 @@ INFLIGHT=${2:-512}
 ROUNDS=${FLOOR_ROUNDS:-5}
 LATENCIES=${FLOOR_LATENCIES:-0 50}
 SYSCALLS=${FLOOR_SYSCALLS:-0}
+IR=${FLOOR_IR:-0}
 read -ra ARGS <<<"${FLOOR_ARGS:-}"
 read -ra VARIANTS <<<"${FLOOR_VARIANTS:-default}"
 SIM=$BENCH_SIM_PORT
@@ -63,6 +70,10 @@ floor_cleanup() {
 trap floor_cleanup EXIT
 if [ "$SYSCALLS" = 1 ] && ! command -v perf >/dev/null; then
 	echo "FLOOR_SYSCALLS=1 needs perf (apt-get install linux-perf)" >&2
+	exit 2
+fi
+if [ "$IR" = 1 ] && ! command -v valgrind >/dev/null; then
+	echo "FLOOR_IR=1 needs valgrind (apt-get install valgrind)" >&2
 	exit 2
 fi
 CLIENT=$BENCH_DIR/http_floor
@@ -133,7 +144,7 @@ prefix() {	# latency variant
 	if [ "$(variant_name "$2")" = "$(variant_name "${VARIANTS[0]}")" ]; then
 		echo "floor_${1}ms"
 	else
-		echo "floor_${1}ms_$(variant_name "$2" | tr - _)"
+		echo "floor_${1}ms_$(variant_name "$2" | tr -c 'a-zA-Z0-9\n' _)"
 	fi
 }
 mfmt='%7s %-16s %11s %10s %11s %10s %14s %12s\n'
@@ -207,6 +218,23 @@ if [ "$SYSCALLS" = 1 ]; then
 			results+=$'\n'"RESULT $(prefix "$latency" "$variant")_syscalls_per_call $(awk '{ print $4 }' <<<"$c")"
 			results+=$'\n'"RESULT $(prefix "$latency" "$variant")_sim_syscalls_per_call $(awk '{ print $4 }' <<<"$s")"
 		done
+	done
+fi
+if [ "$IR" = 1 ]; then
+	echo "user-space instructions per call (callgrind, 0 ms, 128 in flight):"
+	sim_get "$SIM" "/config?latency_ms=0" >/dev/null
+	for variant in "${VARIANTS[@]}"; do
+		mapfile -t vargs < <(variant_args "$variant")
+		ir=()
+		for n in 2000 12000; do
+			ir+=("$(valgrind --tool=callgrind --callgrind-out-file="$BENCH_DIR/callgrind.out" \
+				"$CLIENT" --url "http://127.0.0.1:$SIM/send" --calls "$n" --inflight 128 \
+				${ARGS[@]+"${ARGS[@]}"} ${vargs[@]+"${vargs[@]}"} 2>&1 >/dev/null |
+				sed -n 's/.*Collected : \([0-9]*\).*/\1/p')")
+		done
+		v=$(( (ir[1] - ir[0]) / 10000 ))
+		echo "client $(variant_name "$variant"): $v per call"
+		results+=$'\n'"RESULT $(prefix 0 "$variant")_instructions_per_call $v"
 	done
 fi
 echo "$results"

@@ -27,29 +27,36 @@
  *                   libcurl unwatches it (CURL_POLL_REMOVE), so that the
  *                   next call on that connection makes no epoll_ctl; see
  *                   the comment at the top of park.c for the rules.
- *   --no-proxy      CURLOPT_PROXY "" per call: libcurl reads no proxy
- *                   environment variables (this changes behaviour for a
- *                   user who relies on http_proxy and friends).
+ *   --no-proxy      CURLOPT_PROXY "" and CURLOPT_NOPROXY "" per call:
+ *                   libcurl reads no proxy environment variables (5 getenv
+ *                   per transfer otherwise: no_proxy, NO_PROXY, http_proxy,
+ *                   all_proxy, ALL_PROXY); this changes behaviour for a
+ *                   user who relies on http_proxy and friends.
+ *   --curlu         the URL parsed once (a CURLU handle, CURLOPT_CURLU)
+ *                   instead of CURLOPT_URL's string parsed per call.
  *   --no-reset      no curl_easy_reset between calls: the options that are
  *                   the same for every call are set once per handle, only
  *                   the per-call ones (private, URL, headers, body, error
  *                   buffer, write data) per call.
  *   --maxconnects N CURLMOPT_MAXCONNECTS N instead of --inflight (0:
  *                   libcurl's default).
- * Checks of --park's correctness (park_check.sh): --close-every N sends
+ * Checks of the levers (levers_check.sh): --close-every N sends
  * "Connection: close" on every Nth call (the simulator closes, libcurl
  * closes its socket, a new one often gets the same number); --idle-close,
  * after the calls, terminates the simulator (--sim-pid) while every
  * connection is parked and waits until each parked socket's end-of-file
  * event has taken it out of the epoll set (exit 3 if that takes more than
- * 1,000 turns of the loop or 5 s: a spinning loop).  With --park the client
- * also checks at exit that every socket opened through the open callback
- * was closed through the close callback (exit 3 if not).
+ * 1,000 turns of the loop or 5 s: a spinning loop); --alt-url URL sends
+ * every other call (the even keys) there instead, to check that a handle
+ * reused without a reset (or with a CURLU) goes where its call says.  With
+ * --park the client also checks at exit that every socket opened through
+ * the open callback was closed through the close callback (exit 3 if not).
+ * Measurement helpers are in measure.c.
  *
  *   http_floor [--url URL] [--calls N] [--inflight N] [--warmup N]
  *              [--sim-pid PID] [--perf-ctl CTL,ACK]... [--shared-headers]
- *              [--park] [--no-proxy] [--no-reset] [--maxconnects N]
- *              [--close-every N] [--idle-close]
+ *              [--park] [--no-proxy] [--no-reset] [--curlu] [--maxconnects N]
+ *              [--close-every N] [--idle-close] [--alt-url URL]
  *
  * It completes --warmup calls first (default: --inflight, so that every
  * connection is open), then measures --calls calls with --inflight always
@@ -63,8 +70,8 @@
  * ack fifos of a `perf stat --delay=-1 --control fifo:CTL,ACK`: the
  * window's start writes "enable" to each, its end "disable", so that perf
  * counts the measured calls only.  With --park the line also has
- * sockets_opened and sockets_closed (through the callbacks, over the whole
- * run) and parked_events (events on a parked socket: taken out of the
+ * sockets_opened and sockets_closed_so_far (through the callbacks, before
+ * curl_multi_cleanup) and parked_events (events on a parked socket: taken out of the
  * epoll set).  Exits 1 if a call did not get a 2xx.
  *
  *-------------------------------------------------------------------------
@@ -72,21 +79,19 @@
 #define _GNU_SOURCE
 
 #include <curl/curl.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "measure.h"
 #include "park.h"
 
 #define MAX_INFLIGHT 4096
@@ -115,6 +120,10 @@ static bool shared_headers = false;
 static bool park = false;
 static bool no_proxy = false;
 static bool no_reset = false;
+static bool use_curlu = false;
+static const char *alt_url = NULL;
+static CURLU *curlu;
+static CURLU *alt_curlu;
 static long maxconnects = -1;	/* -1: --inflight */
 static long close_every = 0;
 static bool idle_close = false;
@@ -140,15 +149,6 @@ die(const char *what)
 {
 	fprintf(stderr, "http_floor: %s\n", what);
 	exit(2);
-}
-
-static double
-now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 static int
@@ -262,14 +262,27 @@ start_call(void)
 		curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, write_cb);
 		curl_easy_setopt(easy, CURLOPT_POST, 1L);
 		if (no_proxy)
+		{
 			curl_easy_setopt(easy, CURLOPT_PROXY, "");
+			curl_easy_setopt(easy, CURLOPT_NOPROXY, "");
+		}
 		/* easy-handle options: curl_easy_reset clears them */
 		if (park)
 			park_set_callbacks(easy);
 	}
 	/* what differs per call */
 	curl_easy_setopt(easy, CURLOPT_PRIVATE, call);
-	curl_easy_setopt(easy, CURLOPT_URL, url);
+	if (alt_url && started % 2 == 1)
+	{
+		if (use_curlu)
+			curl_easy_setopt(easy, CURLOPT_CURLU, alt_curlu);
+		else
+			curl_easy_setopt(easy, CURLOPT_URL, alt_url);
+	}
+	else if (use_curlu)
+		curl_easy_setopt(easy, CURLOPT_CURLU, curlu);
+	else
+		curl_easy_setopt(easy, CURLOPT_URL, url);
 	curl_easy_setopt(easy, CURLOPT_HTTPHEADER, call->headers);
 	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, call->errbuf);
 	curl_easy_setopt(easy, CURLOPT_WRITEDATA, call);
@@ -366,87 +379,6 @@ drive(void)
 	collect_done();
 }
 
-typedef struct Sample
-{
-	double		at;
-	struct rusage ru;
-	double		sim_cpu;		/* seconds, schedstat */
-	double		sim_user;		/* seconds, /proc/PID/stat */
-	double		sim_sys;
-} Sample;
-
-/* the simulator's CPU: every thread's run time, and user and system */
-static void
-sample_sim(Sample *s)
-{
-	char		path[64];
-	DIR		   *dir;
-	struct dirent *de;
-	FILE	   *f;
-	unsigned long long ns;
-	unsigned long utime,
-				stime;
-
-	s->sim_cpu = s->sim_user = s->sim_sys = 0;
-	if (sim_pid == 0)
-		return;
-	snprintf(path, sizeof(path), "/proc/%d/task", sim_pid);
-	if ((dir = opendir(path)) == NULL)
-		die("cannot read the simulator's /proc/PID/task");
-	while ((de = readdir(dir)) != NULL)
-	{
-		if (de->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/proc/%d/task/%.16s/schedstat", sim_pid, de->d_name);
-		if ((f = fopen(path, "r")) == NULL)
-			continue;
-		if (fscanf(f, "%llu", &ns) == 1)
-			s->sim_cpu += ns / 1e9;
-		fclose(f);
-	}
-	closedir(dir);
-	snprintf(path, sizeof(path), "/proc/%d/stat", sim_pid);
-	if ((f = fopen(path, "r")) == NULL ||
-		fscanf(f, "%*d (%*[^)]) %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
-			   &utime, &stime) != 2)
-		die("cannot read the simulator's /proc/PID/stat");
-	fclose(f);
-	s->sim_user = (double) utime / sysconf(_SC_CLK_TCK);
-	s->sim_sys = (double) stime / sysconf(_SC_CLK_TCK);
-}
-
-static void
-sample(Sample *s)
-{
-	s->at = now_s();
-	getrusage(RUSAGE_SELF, &s->ru);
-	sample_sim(s);
-}
-
-/* tell each perf stat to enable or disable its counters, wait for its ack */
-static void
-perf_command(const char *cmd)
-{
-	char		ack[16];
-	int			i;
-
-	for (i = 0; i < n_perf; i++)
-	{
-		struct pollfd pfd = {.fd = perf_ack[i],.events = POLLIN};
-
-		/* (a perf that is gone never answers: give up after 10 s) */
-		if (write(perf_ctl[i], cmd, strlen(cmd)) != (ssize_t) strlen(cmd) ||
-			poll(&pfd, 1, 10000) != 1 || read(perf_ack[i], ack, sizeof(ack)) <= 0)
-			die("no answer from perf stat on its control fifo");
-	}
-}
-
-static double
-tv(struct timeval t)
-{
-	return t.tv_sec + t.tv_usec / 1e6;
-}
-
 static void
 parse_options(int argc, char **argv)
 {
@@ -461,6 +393,8 @@ parse_options(int argc, char **argv)
 		{"park", no_argument, NULL, 'P'},
 		{"no-proxy", no_argument, NULL, 'X'},
 		{"no-reset", no_argument, NULL, 'R'},
+		{"curlu", no_argument, NULL, 'U'},
+		{"alt-url", required_argument, NULL, 'a'},
 		{"maxconnects", required_argument, NULL, 'm'},
 		{"close-every", required_argument, NULL, 'c'},
 		{"idle-close", no_argument, NULL, 'I'},
@@ -509,6 +443,12 @@ parse_options(int argc, char **argv)
 			case 'R':
 				no_reset = true;
 				break;
+			case 'U':
+				use_curlu = true;
+				break;
+			case 'a':
+				alt_url = optarg;
+				break;
 			case 'm':
 				maxconnects = atol(optarg);
 				break;
@@ -521,8 +461,8 @@ parse_options(int argc, char **argv)
 			default:
 				die("usage: http_floor [--url URL] [--calls N] [--inflight N] [--warmup N]"
 					" [--sim-pid PID] [--perf-ctl CTL,ACK]... [--shared-headers]"
-					" [--park] [--no-proxy] [--no-reset] [--maxconnects N]"
-					" [--close-every N] [--idle-close]");
+					" [--park] [--no-proxy] [--no-reset] [--curlu] [--maxconnects N]"
+					" [--close-every N] [--idle-close] [--alt-url URL]");
 		}
 	}
 	if (n_calls < 1 || n_inflight_max < 1 || n_inflight_max > MAX_INFLIGHT || optind < argc)
@@ -579,6 +519,13 @@ main(int argc, char **argv)
 	curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, timer_cb);
 	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, maxconnects);
 	park_init(epfd);
+	if (use_curlu &&
+		((curlu = curl_url()) == NULL || curl_url_set(curlu, CURLUPART_URL, url, 0) != CURLUE_OK))
+		die("curl_url_set failed");
+	if (use_curlu && alt_url &&
+		((alt_curlu = curl_url()) == NULL ||
+		 curl_url_set(alt_curlu, CURLUPART_URL, alt_url, 0) != CURLUE_OK))
+		die("curl_url_set failed");
 	provider_headers = curl_slist_append(NULL, "Content-Type: application/json");
 	provider_headers = curl_slist_append(provider_headers, "Expect:");
 	for (i = n_inflight_max - 1; i >= 0; i--)
@@ -594,16 +541,16 @@ main(int argc, char **argv)
 			start_call();
 		drive();
 	}
-	perf_command("enable\n");
-	sample(&s0);
+	perf_command("enable\n", n_perf, perf_ctl, perf_ack);
+	sample(&s0, sim_pid);
 	while (done < n_warmup + n_calls)
 	{
 		while (inflight < n_inflight_max && started < n_warmup + n_calls + n_inflight_max)
 			start_call();
 		drive();
 	}
-	sample(&s1);
-	perf_command("disable\n");
+	sample(&s1, sim_pid);
+	perf_command("disable\n", n_perf, perf_ctl, perf_ack);
 	while (inflight > 0)
 		drive();
 	if (idle_close)
@@ -630,6 +577,10 @@ main(int argc, char **argv)
 	while (n_idle > 0)
 		curl_easy_cleanup(idle_handles[--n_idle]);
 	curl_multi_cleanup(multi);
+	if (curlu)
+		curl_url_cleanup(curlu);
+	if (alt_curlu)
+		curl_url_cleanup(alt_curlu);
 	curl_slist_free_all(provider_headers);
 	curl_global_cleanup();
 	close(epfd);
