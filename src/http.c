@@ -293,60 +293,88 @@ notif_http_timeout_ms(void)
 	return (long) ((timer_at - now + 999) / 1000);
 }
 
+/* A call's transfer ended: what it did, and its handle back to the free list. */
+static void
+finish_call(HttpPool *pool, CURL *easy, CURLcode result)
+{
+	NotifCall  *call;
+	curl_off_t	retry_after = 0;
+	long		request_size = 0;
+
+	curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **) &call);
+	call->ended_at = GetCurrentTimestamp();
+	curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &call->http_status);
+	curl_easy_getinfo(easy, CURLINFO_REQUEST_SIZE, &request_size);
+	curl_easy_getinfo(easy, CURLINFO_RETRY_AFTER, &retry_after);
+	curl_easy_getinfo(easy, CURLINFO_HTTP_VERSION, &call->http_version);
+	call->retry_after_ms = (int64) retry_after * 1000;
+	call->outcome = notif_classify(result, call->http_status,
+								   request_size > 0 || call->body_sent > 0);
+	if (result != CURLE_OK)
+		call->error = MemoryContextStrdup(call->cxt,
+										  call->errbuf[0] ? call->errbuf : curl_easy_strerror(result));
+	else if (call->outcome != OUTCOME_ACCEPTED && call->answer == NULL)
+		call->error = MemoryContextStrdup(call->cxt, call->response);
+
+	/* an HTTPS provider without HTTP/2: its calls need connections */
+	if (pool->max_connections > 0 && !pool->http1_seen && call->on_done == NULL &&
+		call->http_status != 0 &&
+		call->http_version != CURL_HTTP_VERSION_2_0 &&
+		call->http_version != CURL_HTTP_VERSION_NONE)
+	{
+		pool->http1_seen = true;
+		curl_multi_setopt(pool->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
+	}
+
+	curl_multi_remove_handle(pool->multi, easy);
+	put_handle(easy);
+	call->easy = NULL;
+	notif_free_request(call);
+	dlist_delete(&call->node);
+	if (call->on_done)
+	{
+		call->on_done(call);
+		return;
+	}
+	if (call->format == FORMAT_FCM || call->format == FORMAT_APNS)
+		notif_push_read_answer(call);
+	n_inflight--;
+	dlist_push_tail(&done_calls, &call->node);
+}
+
+/*
+ * The transfers that ended.  Their messages are read before any handle is
+ * removed: curl_multi_remove_handle walks the messages not yet read, so
+ * removing each as it is read would cost the square of a round's calls.
+ */
 static void
 collect_done(HttpPool *pool)
 {
+	struct
+	{
+		CURL	   *easy;
+		CURLcode	result;
+	}			done[256];
 	CURLMsg    *msg;
 	int			left;
+	int			n,
+				i;
 
-	while ((msg = curl_multi_info_read(pool->multi, &left)) != NULL)
+	do
 	{
-		NotifCall  *call;
-		curl_off_t	retry_after = 0;
-		long		request_size = 0;
-
-		if (msg->msg != CURLMSG_DONE)
-			continue;
-		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &call);
-		call->ended_at = GetCurrentTimestamp();
-		curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &call->http_status);
-		curl_easy_getinfo(msg->easy_handle, CURLINFO_REQUEST_SIZE, &request_size);
-		curl_easy_getinfo(msg->easy_handle, CURLINFO_RETRY_AFTER, &retry_after);
-		curl_easy_getinfo(msg->easy_handle, CURLINFO_HTTP_VERSION, &call->http_version);
-		call->retry_after_ms = (int64) retry_after * 1000;
-		call->outcome = notif_classify(msg->data.result, call->http_status,
-									   request_size > 0 || call->body_sent > 0);
-		if (msg->data.result != CURLE_OK)
-			call->error = MemoryContextStrdup(call->cxt,
-											  call->errbuf[0] ? call->errbuf : curl_easy_strerror(msg->data.result));
-		else if (call->outcome != OUTCOME_ACCEPTED && call->answer == NULL)
-			call->error = MemoryContextStrdup(call->cxt, call->response);
-
-		/* an HTTPS provider without HTTP/2: its calls need connections */
-		if (pool->max_connections > 0 && !pool->http1_seen && call->on_done == NULL &&
-			call->http_status != 0 &&
-			call->http_version != CURL_HTTP_VERSION_2_0 &&
-			call->http_version != CURL_HTTP_VERSION_NONE)
+		n = 0;
+		while (n < (int) lengthof(done) &&
+			   (msg = curl_multi_info_read(pool->multi, &left)) != NULL)
 		{
-			pool->http1_seen = true;
-			curl_multi_setopt(pool->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
+			if (msg->msg != CURLMSG_DONE)
+				continue;
+			done[n].easy = msg->easy_handle;
+			done[n].result = msg->data.result;
+			n++;
 		}
-
-		curl_multi_remove_handle(pool->multi, msg->easy_handle);
-		put_handle(msg->easy_handle);
-		call->easy = NULL;
-		notif_free_request(call);
-		dlist_delete(&call->node);
-		if (call->on_done)
-		{
-			call->on_done(call);
-			continue;
-		}
-		if (call->format == FORMAT_FCM || call->format == FORMAT_APNS)
-			notif_push_read_answer(call);
-		n_inflight--;
-		dlist_push_tail(&done_calls, &call->node);
-	}
+		for (i = 0; i < n; i++)
+			finish_call(pool, done[i].easy, done[i].result);
+	} while (n == (int) lengthof(done));
 }
 
 /* Let libcurl work: on ready sockets, and on its timer when due. */

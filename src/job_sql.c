@@ -7,12 +7,17 @@
  * The workers run with search_path = pg_catalog, so operators resolve
  * there; tables are schema-qualified.
  *
- * Plans are saved once per process, but a bulk enqueue can make notif_job
+ * Plans are saved once per process, and a bulk enqueue can make notif_job
  * a hundred times bigger in one statement without invalidating them (an
- * ANALYZE would).  So a statement whose right plan depends on how many
- * rows it touches is planned at each execution ("custom"), with those
- * numbers known and the table's current size, and finds its jobs by
- * primary key with no other way in that statistics could make look cheap.
+ * ANALYZE would).  So the statements a sender runs at every round (the
+ * claim, the record) are written to have one right plan whatever the
+ * sizes: each job found by primary key, the due jobs taken in order from
+ * notif_active's due index.  They are planned once, generic, in a session
+ * where the planner may use nothing else (notif_sql_planner_settings: no
+ * sequential, bitmap, hash or merge plans), so no statistics, stale or
+ * fresh, can make a scan of the whole table look cheaper.  (Planning them
+ * at each execution instead, with the sizes known, took 8-9% of a
+ * sender's CPU in a steady drain: doc/benchmarks.md.)
  *
  *-------------------------------------------------------------------------
  */
@@ -26,6 +31,7 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -65,11 +71,11 @@ static const char *const sql_lane_types =
  * writes the job; its work row then says who holds it, or goes with a
  * late job.  A work row whose job is not queued (it cannot be, short of a
  * hand-made one) is passed over, never claimed.
- * Custom: a generic plan takes the due jobs for a tenth of the queue ($2
- * unknown) and hashes the whole table to join them; chosen while the table
- * was small, it stayed and read all of it at every claim after a bulk
- * enqueue.  With $2 known, at most $2 primary-key probes win over a scan
- * of the table at its current size whatever the statistics say.
+ * Generic (see the top): a plan free to hash would take the due jobs for a
+ * tenth of the queue ($2 unknown) and join them by a hash over the whole
+ * table; chosen while the table was small, it stayed and read all of it at
+ * every claim after a bulk enqueue.  Here the only plan is the due index
+ * in order, and at most $2 primary-key probes.
  */
 static const char *const sql_claim =
 "WITH due AS ("
@@ -152,8 +158,8 @@ static const RecordColumn record_columns[N_RECORD_COLUMNS] = {RECORD_COLUMNS(AS_
  * on nor use to prove a partial index's predicate; with "claimed_by =
  * r.claimed_by" it once walked the index of held jobs (all the jobs in
  * flight, and its dead entries), looking empty by statistics from an idle
- * time, for each batch of results.  Custom (see sql_claim): the number of
- * results known.
+ * time, for each batch of results.  Generic (see the top): a nested loop
+ * over the results, a primary-key probe each.
  */
 static const char *const sql_record =
 " upd AS ("
@@ -277,7 +283,7 @@ typedef struct PlanDef
 	const char *(*make_sql) (void);
 	int			nargs;
 	Oid			argtypes[N_RECORD_COLUMNS];
-	bool		custom;			/* planned at each execution (see the top) */
+	bool		generic;		/* planned once, without custom plans (see the top) */
 	SPIPlanPtr	plan;
 } PlanDef;
 
@@ -350,7 +356,7 @@ notif_sql_prepare(void)
 		plans[i].plan = NULL;
 		p = SPI_prepare_cursor(notif_qualified_sql(nspid, sql),
 							   plans[i].nargs, plans[i].argtypes,
-							   plans[i].custom ? CURSOR_OPT_CUSTOM_PLAN : 0);
+							   plans[i].generic ? CURSOR_OPT_GENERIC_PLAN : 0);
 		if (p == NULL)
 			elog(ERROR, "notif_deliver: could not prepare statement: %s",
 				 SPI_result_code_string(SPI_result));
@@ -359,6 +365,23 @@ notif_sql_prepare(void)
 	}
 	plans_extension = ext;
 	return true;
+}
+
+/*
+ * A sender's session: the planner may not use sequential, bitmap, hash or
+ * merge plans (see the top).  Each is only made costly, so a statement with
+ * no other way (a small table without an index) still plans.
+ */
+void
+notif_sql_planner_settings(void)
+{
+	static const char *const off[] = {
+		"enable_seqscan", "enable_bitmapscan", "enable_hashjoin", "enable_mergejoin"
+	};
+	int			i;
+
+	for (i = 0; i < (int) lengthof(off); i++)
+		SetConfigOption(off[i], "off", PGC_SUSET, PGC_S_OVERRIDE);
 }
 
 /* Run a plan, with a snapshot of its own (InvalidSnapshot) or the one given. */

@@ -53,6 +53,7 @@ typedef struct NotifResult
 
 extern char *notif_sql_wrong_version;
 extern bool notif_sql_prepare(void);
+extern void notif_sql_planner_settings(void);
 extern int	notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out);
 extern int	notif_sql_claim(const char *kind, NotifDelivery delivery, int limit,
 							int64 incarnation, Snapshot snapshot,

@@ -35,6 +35,7 @@
 #include "utils/timestamp.h"
 
 #include "ha.h"
+#include "job_sql.h"
 #include "sender.h"
 #include "throttle.h"
 
@@ -180,6 +181,7 @@ notif_sender_main(Datum arg)
 
 	BackgroundWorkerInitializeConnection(notif_database, NULL, 0);
 	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_OVERRIDE);
+	notif_sql_planner_settings();	/* its statements are planned once */
 	SetConfigOption("application_name", psprintf("notif_deliver sender %s", sender.lane),
 					PGC_USERSET, PGC_S_OVERRIDE);
 	pgstat_report_appname(psprintf("notif_deliver sender %s", sender.lane));
