@@ -14,7 +14,8 @@
  * provider: POST with CURLOPT_POSTFIELDS (at_least_once), Content-Type,
  * "Expect:", Idempotency-Key "kind:user_id:order_id", the User-Agent, the
  * timeouts, NOSIGNAL, a write callback keeping the printable start of the
- * body, and after the call the four curl_easy_getinfo of collect_done().
+ * body, and after the call the four curl_easy_getinfo of finish_call(),
+ * the finished calls read in batches as collect_done() reads them.
  * The header list is built per call with curl_slist_append, as the sender
  * does today; --shared-headers links a per-call Idempotency-Key node in
  * front of one list built once (no allocation per call), to measure that
@@ -294,47 +295,74 @@ start_call(void)
 	inflight++;
 }
 
-/* finished calls: read them as collect_done() does, free their handle */
+/* a finished call: read it as src/http.c finish_call() does, free its handle */
+static void
+finish_call(CURL *easy, CURLcode result)
+{
+	Call	   *call;
+	long		status = 0;
+	long		request_size = 0;
+	long		version = 0;
+	curl_off_t	retry_after = 0;
+
+	curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **) &call);
+	curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_getinfo(easy, CURLINFO_REQUEST_SIZE, &request_size);
+	curl_easy_getinfo(easy, CURLINFO_RETRY_AFTER, &retry_after);
+	curl_easy_getinfo(easy, CURLINFO_HTTP_VERSION, &version);
+	if (result != CURLE_OK || status < 200 || status > 299)
+	{
+		if (failed++ < 5)
+			fprintf(stderr, "http_floor: call failed: %s (HTTP %ld) %s\n",
+					call->errbuf[0] ? call->errbuf : curl_easy_strerror(result),
+					status, call->response);
+	}
+	curl_multi_remove_handle(multi, easy);
+	if (!no_reset)
+		curl_easy_reset(easy);
+	idle_handles[n_idle++] = easy;
+	if (!shared_headers)
+		curl_slist_free_all(call->headers);
+	call->headers = NULL;
+	call->next_free = free_calls;
+	free_calls = call;
+	inflight--;
+	done++;
+}
+
+/*
+ * The finished calls, as src/http.c collect_done() reads them: a batch of
+ * messages first, then their handles removed (curl_multi_remove_handle
+ * walks the messages not yet read).
+ */
 static void
 collect_done(void)
 {
+	struct
+	{
+		CURL	   *easy;
+		CURLcode	result;
+	}			batch[256];
 	CURLMsg    *msg;
 	int			left;
+	int			n,
+				i;
 
-	while ((msg = curl_multi_info_read(multi, &left)) != NULL)
+	do
 	{
-		Call	   *call;
-		long		status = 0;
-		long		request_size = 0;
-		long		version = 0;
-		curl_off_t	retry_after = 0;
-
-		if (msg->msg != CURLMSG_DONE)
-			continue;
-		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &call);
-		curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &status);
-		curl_easy_getinfo(msg->easy_handle, CURLINFO_REQUEST_SIZE, &request_size);
-		curl_easy_getinfo(msg->easy_handle, CURLINFO_RETRY_AFTER, &retry_after);
-		curl_easy_getinfo(msg->easy_handle, CURLINFO_HTTP_VERSION, &version);
-		if (msg->data.result != CURLE_OK || status < 200 || status > 299)
+		n = 0;
+		while (n < (int) (sizeof(batch) / sizeof(batch[0])) &&
+			   (msg = curl_multi_info_read(multi, &left)) != NULL)
 		{
-			if (failed++ < 5)
-				fprintf(stderr, "http_floor: call failed: %s (HTTP %ld) %s\n",
-						call->errbuf[0] ? call->errbuf : curl_easy_strerror(msg->data.result),
-						status, call->response);
+			if (msg->msg != CURLMSG_DONE)
+				continue;
+			batch[n].easy = msg->easy_handle;
+			batch[n].result = msg->data.result;
+			n++;
 		}
-		curl_multi_remove_handle(multi, msg->easy_handle);
-		if (!no_reset)
-			curl_easy_reset(msg->easy_handle);
-		idle_handles[n_idle++] = msg->easy_handle;
-		if (!shared_headers)
-			curl_slist_free_all(call->headers);
-		call->headers = NULL;
-		call->next_free = free_calls;
-		free_calls = call;
-		inflight--;
-		done++;
-	}
+		for (i = 0; i < n; i++)
+			finish_call(batch[i].easy, batch[i].result);
+	} while (n == (int) (sizeof(batch) / sizeof(batch[0])));
 }
 
 /* one turn of the loop: wait for sockets or the timer, let libcurl work */
