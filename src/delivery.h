@@ -137,4 +137,11 @@ extern int	notif_http_inflight(void);
 extern void notif_http_release_idle(void);
 extern bool notif_http_start_aux(NotifCall *call);
 
+/* http_sockets.c */
+extern void notif_http_sockets_init(int epfd);
+extern void notif_http_socket_callbacks(CURL *easy);
+extern int	notif_http_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp,
+								 void *socketp);
+extern bool notif_http_socket_stray(curl_socket_t fd);
+
 #endif							/* NOTIF_DELIVERY_H */

@@ -26,6 +26,8 @@
  * behind each other, so it is lifted for that pool.  Plain http providers
  * share one pool, HTTP/1.1, as many connections as calls.  All pools share
  * one epoll set; an event carries its pool's index and the socket.
+ * Which sockets it watches, and why an idle connection's socket stays in
+ * it, is http_sockets.c's.
  *
  * Besides the jobs' calls, the loop carries auxiliary transfers (a push
  * provider's token fetch, push_auth.c): they end in their on_done callback
@@ -100,39 +102,6 @@ put_handle(CURL *easy)
 		curl_easy_cleanup(easy);
 }
 
-/* libcurl tells which sockets to watch */
-static int
-socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
-{
-	HttpPool   *pool = (HttpPool *) userp;
-	struct epoll_event ev = {0};
-
-	if (what == CURL_POLL_REMOVE)
-	{
-		if (socketp)
-			(void) epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL);
-		curl_multi_assign(pool->multi, fd, NULL);
-		return 0;
-	}
-	/* the pool's index and the socket: no pointer that could dangle */
-	ev.data.u64 = ((uint64) (pool - pools) << 32) | (uint32) fd;
-	if (what == CURL_POLL_IN || what == CURL_POLL_INOUT)
-		ev.events |= EPOLLIN;
-	if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
-		ev.events |= EPOLLOUT;
-	if (epoll_ctl(epfd, socketp ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0)
-	{
-		if (errno == ENOENT && epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0)
-			;
-		else if (errno == EEXIST && epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
-			;
-		else
-			elog(WARNING, "notif_deliver: epoll_ctl on fd %d failed: %m", (int) fd);
-	}
-	curl_multi_assign(pool->multi, fd, (void *) 1);
-	return 0;
-}
-
 /* libcurl tells when it next wants to be called without a socket event */
 static int
 timer_cb(CURLM *m, long timeout_ms, void *userp)
@@ -199,8 +168,8 @@ new_pool(const char *provider, long max_connections)
 	memset(pool, 0, sizeof(*pool));
 	strlcpy(pool->provider, provider, sizeof(pool->provider));
 	pool->multi = multi;
-	curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
-	curl_multi_setopt(multi, CURLMOPT_SOCKETDATA, pool);
+	curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, notif_http_socket_cb);
+	curl_multi_setopt(multi, CURLMOPT_SOCKETDATA, (void *) (uintptr_t) n_pools);
 	curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, timer_cb);
 	curl_multi_setopt(multi, CURLMOPT_TIMERDATA, pool);
 	/* keep as many idle keep-alive connections as calls can be in flight */
@@ -258,6 +227,7 @@ notif_http_init(void)
 	epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (epfd < 0)
 		elog(ERROR, "epoll_create1 failed: %m");
+	notif_http_sockets_init(epfd);
 	if (new_pool("", 0) == NULL)
 		elog(ERROR, "curl_multi_init failed");
 }
@@ -393,7 +363,11 @@ notif_http_drive(bool sockets_ready)
 		{
 			for (i = 0; i < n; i++)
 			{
+				curl_socket_t fd = (curl_socket_t) (uint32) evs[i].data.u64;
 				int			flags = 0;
+
+				if (notif_http_socket_stray(fd))
+					continue;	/* a parked socket: not libcurl's now */
 
 				if (evs[i].events & (EPOLLIN | EPOLLHUP))
 					flags |= CURL_CSELECT_IN;
@@ -401,8 +375,7 @@ notif_http_drive(bool sockets_ready)
 					flags |= CURL_CSELECT_OUT;
 				if (evs[i].events & EPOLLERR)
 					flags |= CURL_CSELECT_ERR;
-				curl_multi_socket_action(pools[evs[i].data.u64 >> 32].multi,
-										 (curl_socket_t) (uint32) evs[i].data.u64,
+				curl_multi_socket_action(pools[evs[i].data.u64 >> 32].multi, fd,
 										 flags, &running);
 			}
 			if (n < (int) lengthof(evs))
@@ -443,6 +416,7 @@ start(NotifCall *call)
 	call->body_sent = 0;
 
 	curl_easy_setopt(easy, CURLOPT_PRIVATE, call);
+	notif_http_socket_callbacks(easy);	/* its connections' sockets can park */
 	curl_easy_setopt(easy, CURLOPT_URL, call->url);
 	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);

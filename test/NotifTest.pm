@@ -47,13 +47,14 @@ sub configure_node
 		join("\n", map { "$_ = $settings{$_}" } sort keys %settings) . "\n");
 }
 
-# The simulator, started on a free port; returns { port, pid, url }.
+# The simulator, started on a free port (or on { port => N }, a first
+# argument: a restart where one was stopped); returns { port, pid, url }.
 sub start_sim
 {
 	my (@args) = @_;
 	my $bin = 'test/sim/provider_sim';
 	die "$bin not built (make -C test/sim)" unless -x $bin;
-	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	my $port = ref $args[0] eq 'HASH' ? (shift @args)->{port} : PostgreSQL::Test::Cluster::get_free_port();
 	my $log = "$PostgreSQL::Test::Utils::tmp_check/sim_$port.log";
 	my $pid = fork();
 	die "fork: $!" unless defined $pid;

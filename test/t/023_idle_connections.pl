@@ -1,0 +1,85 @@
+# 023_idle_connections.pl: a sender's idle keep-alive connections.  Their
+# sockets stay in the sender's epoll set between calls (parked: no
+# epoll_ctl per call, src/http_sockets.c); when the provider closes them,
+# the sender takes them out of the set instead of spinning on their events,
+# and its next calls open fresh connections.
+use strict;
+use warnings;
+use lib 'test';
+use NotifTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = new_node('idle_connections');
+my $sim = start_sim();
+set_provider($node, 'default', $sim->{url}, idempotency_header => q('Idempotency-Key'));
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, lane) VALUES ('idle', 'at_least_once', 3, 'idle')});
+
+# the sockets in the epoll sets of a process (each "tfd:" line of an epoll
+# descriptor's fdinfo is one registered descriptor)
+sub registered
+{
+	my ($pid) = @_;
+	my $n = 0;
+	for my $info (glob("/proc/$pid/fdinfo/*"))
+	{
+		open(my $f, '<', $info) or next;
+		$n += scalar grep { /^tfd:/ } <$f>;
+		close $f;
+	}
+	return $n;
+}
+
+sub sender_pid
+{
+	wait_until($node, q{SELECT count(*) = 1 FROM pg_stat_activity
+	                     WHERE application_name = 'notif_deliver sender idle'});
+	return $node->safe_psql('postgres', q{SELECT pid FROM pg_stat_activity
+	                                       WHERE application_name = 'notif_deliver sender idle'});
+}
+
+sub wait_registered
+{
+	my ($pid, $cond) = @_;
+	for (1 .. 300)
+	{
+		return 1 if $cond->(registered($pid));
+		usleep(100_000);
+	}
+	return 0;
+}
+
+# the first job: the sender runs, its wait set holds its latch and the rest,
+# and one connection's socket once the call is over
+$node->safe_psql('postgres', q{SELECT notif_enqueue(1, 'idle', 'o-1', '{"to": "+84900000001"}')});
+ok(wait_until($node, q{SELECT status = 'sent' FROM notif_job WHERE order_id = 'o-1'}), 'the first job is sent');
+my $pid = sender_pid();
+my $with_one = registered($pid);
+
+# 40 at once: 40 calls in flight, 40 connections; all idle afterwards,
+# all their sockets still registered (parked)
+$node->safe_psql('postgres', q{
+	SELECT notif_enqueue(g, 'idle', 'b-' || g, '{"to": "+84900000002"}') FROM generate_series(1, 40) g});
+ok(wait_until($node, q{SELECT count(*) = 40 FROM notif_job WHERE order_id LIKE 'b-%' AND status = 'sent'}),
+	'40 jobs sent at once');
+my $parked = registered($pid);
+cmp_ok($parked, '>=', $with_one + 20,
+	"the idle connections' sockets stay in the sender's epoll set ($with_one, then $parked)");
+
+# the provider goes away: every idle connection is closed under the sender
+NotifTest::stop_sim($sim);
+ok(wait_registered($pid, sub { $_[0] <= $with_one - 1 }),
+	'the closed connections leave the epoll set (no event of theirs is left to spin on)');
+
+# back on the same port: the next calls find their old connections dead and
+# open new ones
+$sim = start_sim({ port => $sim->{port} });
+$node->safe_psql('postgres', q{
+	SELECT notif_enqueue(g, 'idle', 'c-' || g, '{"to": "+84900000003"}') FROM generate_series(1, 10) g});
+ok(wait_until($node, q{SELECT count(*) = 10 FROM notif_job WHERE order_id LIKE 'c-%' AND status = 'sent'}),
+	'after the provider restarted, new jobs are sent');
+is(scalar(grep { /^c-/ } map { (split /:/, $_)[2] } keys %{ ledger($sim) }), 10,
+	'the restarted provider received each of them');
+done_testing();
