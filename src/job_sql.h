@@ -55,6 +55,7 @@ extern char *notif_sql_wrong_version;
 extern bool notif_sql_prepare(void);
 extern void notif_sql_planner_settings(void);
 extern int	notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out);
+
 extern int	notif_sql_claim(const char *kind, NotifDelivery delivery, int limit,
 							int64 incarnation, Snapshot snapshot,
 							MemoryContext cxt, NotifClaimedJob **out);
@@ -66,5 +67,8 @@ extern int64 notif_sql_build_active(void);
 extern TimestampTz notif_sql_next_due(const char *kind);
 extern int	notif_sql_lanes(MemoryContext cxt, char ***out);
 extern int64 notif_sql_purge(int batch_size);
+
+/* lane_config.c */
+extern int	notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out);
 
 #endif							/* NOTIF_JOB_SQL_H */
