@@ -370,13 +370,16 @@ notif_sql_prepare(void)
 /*
  * A sender's session: the planner may not use sequential, bitmap, hash or
  * merge plans (see the top).  Each is only made costly, so a statement with
- * no other way (a small table without an index) still plans.
+ * no other way (a small table without an index) still plans, at a cost
+ * above every JIT threshold: so no JIT either, which would load LLVM into
+ * the sender (25 MB) to compile a lookup in notif_type.
  */
 void
 notif_sql_planner_settings(void)
 {
 	static const char *const off[] = {
-		"enable_seqscan", "enable_bitmapscan", "enable_hashjoin", "enable_mergejoin"
+		"enable_seqscan", "enable_bitmapscan", "enable_hashjoin", "enable_mergejoin",
+		"jit"
 	};
 	int			i;
 
