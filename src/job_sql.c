@@ -38,7 +38,6 @@
 #include "job_sql.h"
 #include "spi_values.h"
 #include "notif_deliver.h"
-#include "push.h"
 
 /* the types of a lane, with their providers (paused types left out) */
 static const char *const sql_lane_types =
