@@ -66,9 +66,7 @@ drain() {
 	sim0=$(cpu_ticks "$sim_pid")
 	t0=$(date +%s.%N)
 	cluster_psql -c "UPDATE notif_type SET paused = false WHERE code = 'bench'" >/dev/null
-	until [ "$(cluster_psql -At -c "$drained")" = t ]; do
-		sleep 0.1
-	done
+	drain_wait "$SIM" "$JOBS" "$drained"
 	t1=$(date +%s.%N)
 	pg1=$(cluster_cpu_ticks)
 	sim1=$(cpu_ticks "$sim_pid")

@@ -113,26 +113,6 @@ drained_sql() {
 	fi
 }
 
-# wait until a drain of KEYS calls is over.  The simulator's count is
-# polled first, since a poll of the cluster is a new backend whose CPU (about
-# 5 ms on this machine) would count as the cluster's: at 10 polls a second
-# it was a tenth of the measured CPU at 50 ms.  The cluster is asked once
-# every 2 s meanwhile (a drain whose calls fail never reaches KEYS), and at
-# the end, until every result is recorded.
-wait_drained() {	# KEYS
-	local i=0
-	until [ "$(sim_get "$SIM" /stats | awk '$1 == "keys" { print $2 }')" -ge "$1" ]; do
-		i=$((i + 1))
-		if [ $((i % 40)) -eq 0 ] && [ "$(cluster_psql -At -c "$drained")" = t ]; then
-			return 0
-		fi
-		sleep 0.05
-	done
-	until [ "$(cluster_psql -At -c "$drained")" = t ]; do
-		sleep 0.05
-	done
-}
-
 enqueue() {	# N TAG
 	echo "SELECT count(notif_enqueue(g, 'bench', '$2', '{\"to\":\"+84900000000\",\"text\":\"hello\"}')) FROM generate_series(1, $1) g"
 }
@@ -153,7 +133,7 @@ drain() {
 		cluster_psql -c "TRUNCATE notif_job, notif_attempt CASCADE" -c "$(enqueue "$JOBS" s)" \
 			-c "ANALYZE notif_job" -c "TRUNCATE notif_job, notif_attempt CASCADE" \
 			-c "$(enqueue "$WARM" w)" -c "UPDATE notif_type SET paused = false WHERE code = 'bench'" >/dev/null
-		wait_drained "$WARM"
+		drain_wait "$SIM" "$WARM" "$drained"
 		cluster_psql -c "CHECKPOINT" >/dev/null
 		sent_all=$((JOBS + WARM))
 	fi
@@ -174,7 +154,7 @@ drain() {
 		pg0=$(cluster_cpu_ticks)
 		snd0=$(cpu_ticks $(sender_pids))
 	fi
-	wait_drained "$sent_all"
+	drain_wait "$SIM" "$sent_all" "$drained"
 	t1=$(date +%s.%N)
 	pg1=$(cluster_cpu_ticks)
 	snd=$(($(cpu_ticks $(sender_pids)) - snd0))
