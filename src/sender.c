@@ -123,7 +123,12 @@ wait_timeout_ms(TimestampTz now, bool room)
 		wake = sender.record_at;	/* more results may come first */
 	}
 	else if (room)
+	{
+		/* claim_at 0: claim now (more are due, or a wake-up) */
+		if (sender.claim_at <= now)
+			return 0;
 		wake = sender.claim_at;
+	}
 	if (sender.trim_pending && sender.idle_since != 0)
 	{
 		TimestampTz trim_at = TimestampTzPlusMilliseconds(sender.idle_since,

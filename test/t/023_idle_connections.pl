@@ -2,7 +2,8 @@
 # sockets stay in the sender's epoll set between calls (parked: no
 # epoll_ctl per call, src/http_sockets.c); when the provider closes them,
 # the sender takes them out of the set instead of spinning on their events,
-# and its next calls open fresh connections.
+# and its next calls open fresh connections.  More calls in flight than one
+# of its multi handles takes reuse their connections from burst to burst.
 use strict;
 use warnings;
 use lib 'test';
@@ -10,6 +11,7 @@ use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 my $node = new_node('idle_connections');
 my $sim = start_sim();
@@ -84,4 +86,36 @@ ok(wait_until($node, q{SELECT count(*) = 10 FROM notif_job WHERE order_id LIKE '
 	'after the provider restarted, new jobs are sent');
 is(scalar(grep { /^c-/ } map { (split /:/, $_)[2] } keys %{ ledger($sim) }), 10,
 	'the restarted provider received each of them');
+
+# 200 calls in flight at once, more than one of the sender's plain-http
+# multi handles takes (64, src/http.c): each call has its connection, and a
+# second such burst reuses them all (each handle its own), opening none.
+# A burst is two claims (batch_size 100): the second follows the first at
+# once, not at a timer, even when no socket has anything to say (the
+# second burst's connections are open already): every call of a burst
+# reaches the provider before it answers the first (0.8 s).
+$node->safe_psql('postgres', q{UPDATE notif_provider SET max_inflight = 300, timeout = '20 seconds' WHERE name = 'default'});
+sim_get($sim, '/config?latency_ms=800');
+for my $burst (1, 2)
+{
+	my $r0 = stats($sim)->{requests};
+	my $st;
+	$node->safe_psql('postgres', qq{
+		SELECT notif_enqueue(g, 'idle', 'd$burst-' || g, '{"to": "+84900000004"}') FROM generate_series(1, 200) g});
+	for (1 .. 1000)
+	{
+		$st = stats($sim);
+		last if $st->{requests} - $r0 >= 200;
+		usleep(5_000);
+	}
+	my $answered = $node->safe_psql('postgres',
+		qq{SELECT count(*) FROM notif_job WHERE order_id LIKE 'd$burst-%' AND status = 'sent'});
+	is($st->{requests} - $r0, 200, "burst $burst: its 200 calls reached the provider");
+	is($answered, 0, "burst $burst: all of them before its first answer");
+	is($st->{connections_open} - 1, 200, "burst $burst: over 200 connections, one per call");
+	ok(wait_until($node, qq{SELECT count(*) = 200 FROM notif_job WHERE order_id LIKE 'd$burst-%' AND status = 'sent'}),
+		"burst $burst: all sent");
+}
+is(scalar(grep { /^d[12]-/ } map { (split /:/, $_)[2] } keys %{ ledger($sim) }), 400,
+	'the provider received each call of both bursts');
 done_testing();
