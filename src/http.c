@@ -24,8 +24,14 @@
  * waits for a stream on an open connection rather than opening another).
  * Should the provider answer over HTTP/1.1, that cap would queue calls
  * behind each other, so it is lifted for that pool.  Plain http providers
- * share one pool, HTTP/1.1, as many connections as calls.  All pools share
- * one epoll set; an event carries its pool's index and the socket.
+ * share the plain pools, HTTP/1.1, as many connections as calls: a call
+ * goes to the first plain pool with fewer than PLAIN_POOL_CALLS calls in
+ * flight, and another is opened when all are full.  One pool would do,
+ * but libcurl looks for an idle connection by walking every connection it
+ * has to the host, and walks its connection cache again when a transfer is
+ * removed: with 512 calls in flight over one pool those walks were a
+ * quarter of libcurl's work per call.  All pools share one epoll set; an
+ * event carries its pool's index and the socket.
  * Which sockets it watches, and why an idle connection's socket stays in
  * it, is http_sockets.c's.
  *
@@ -46,7 +52,10 @@
 #include "notif_deliver.h"
 #include "push.h"
 
-#define MAX_POOLS 65				/* HTTPS providers of one lane, plus the plain pool */
+#define MAX_HTTPS_POOLS 64			/* HTTPS providers of one lane */
+#define PLAIN_POOL_CALLS 64			/* calls in flight a plain pool takes */
+#define MAX_PLAIN_POOLS 16
+#define MAX_POOLS (MAX_HTTPS_POOLS + MAX_PLAIN_POOLS)
 #define MAX_ANSWER (16 * 1024)
 
 typedef struct HttpPool
@@ -56,10 +65,12 @@ typedef struct HttpPool
 	TimestampTz timer_at;		/* 0: no libcurl timer pending */
 	long		max_connections;	/* 0: no cap */
 	bool		http1_seen;		/* answered over HTTP/1.x: cap lifted */
+	int			calls;			/* transfers in it now */
 } HttpPool;
 
 static HttpPool pools[MAX_POOLS];
 static int	n_pools = 0;
+static int	n_plain_pools = 0;
 static int	epfd = -1;
 static int	n_inflight = 0;
 static dlist_head inflight_calls = DLIST_STATIC_INIT(inflight_calls);
@@ -180,8 +191,38 @@ new_pool(const char *provider, long max_connections)
 		curl_multi_setopt(multi, CURLMOPT_PIPELINING, (long) CURLPIPE_MULTIPLEX);
 		curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, max_connections);
 	}
+	else
+		n_plain_pools++;
 	n_pools++;
 	return pool;
+}
+
+/* The plain pool for a call: the first with room, else a new one, else the least busy. */
+static HttpPool *
+plain_pool(void)
+{
+	HttpPool   *least = NULL;
+	int			i;
+
+	for (i = 0; i < n_pools; i++)
+	{
+		HttpPool   *pool = &pools[i];
+
+		if (pool->provider[0] != '\0')
+			continue;
+		if (pool->calls < PLAIN_POOL_CALLS)
+			return pool;
+		if (least == NULL || pool->calls < least->calls)
+			least = pool;
+	}
+	if (n_plain_pools < MAX_PLAIN_POOLS && n_pools < MAX_POOLS)
+	{
+		HttpPool   *pool = new_pool("", 0);
+
+		if (pool)
+			return pool;
+	}
+	return least;
 }
 
 /* The pool of a call: its provider's if it is HTTPS (and there is room). */
@@ -191,9 +232,9 @@ pool_of(NotifCall *call)
 	bool		https = pg_strncasecmp(call->url, "https://", 8) == 0;
 	int			i;
 
-	if (https && call->provider)
+	if (https && call->provider && call->provider[0])
 	{
-		for (i = 1; i < n_pools; i++)
+		for (i = 0; i < n_pools; i++)
 			if (strcmp(pools[i].provider, call->provider) == 0)
 			{
 				HttpPool   *pool = &pools[i];
@@ -208,7 +249,7 @@ pool_of(NotifCall *call)
 				}
 				return pool;
 			}
-		if (n_pools < MAX_POOLS)
+		if (n_pools - n_plain_pools < MAX_HTTPS_POOLS && n_pools < MAX_POOLS)
 		{
 			HttpPool   *pool = new_pool(call->provider, call->max_connections);
 
@@ -216,7 +257,7 @@ pool_of(NotifCall *call)
 				return pool;
 		}
 	}
-	return &pools[0];
+	return plain_pool();
 }
 
 void
@@ -297,6 +338,7 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 	}
 
 	curl_multi_remove_handle(pool->multi, easy);
+	pool->calls--;
 	put_handle(easy);
 	call->easy = NULL;
 	notif_free_request(call);
@@ -353,6 +395,7 @@ notif_http_drive(bool sockets_ready)
 {
 	int			running;
 	int			i;
+	TimestampTz now;
 
 	if (sockets_ready)
 	{
@@ -382,11 +425,12 @@ notif_http_drive(bool sockets_ready)
 				break;
 		}
 	}
+	now = GetCurrentTimestamp();
 	for (i = 0; i < n_pools; i++)
 	{
 		HttpPool   *pool = &pools[i];
 
-		if (pool->timer_at != 0 && GetCurrentTimestamp() >= pool->timer_at)
+		if (pool->timer_at != 0 && now >= pool->timer_at)
 		{
 			pool->timer_at = 0;
 			curl_multi_socket_action(pool->multi, CURL_SOCKET_TIMEOUT, 0, &running);
@@ -487,6 +531,7 @@ start(NotifCall *call)
 		return false;
 	}
 	call->pool = pool - pools;
+	pool->calls++;
 	dlist_push_tail(&inflight_calls, &call->node);
 	/* libcurl now asks for a 0 ms timer: the next notif_http_drive() starts it */
 	return true;
@@ -526,6 +571,7 @@ notif_http_abort_all(const char *reason)
 		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
 
 		curl_multi_remove_handle(pools[call->pool].multi, call->easy);
+		pools[call->pool].calls--;
 		put_handle(call->easy);
 		call->easy = NULL;
 		notif_free_request(call);
