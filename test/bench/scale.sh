@@ -5,7 +5,13 @@
 #     Total RSS is printed too, but it also counts the shared buffers the
 #     process has touched (RssShmem), which grow with the work done and are
 #     not the sender's own memory.  A point in between (100,000 jobs) tells
-#     growth that levels off from growth per job.
+#     growth that levels off from growth per job.  A sender's memory follows
+#     its peak of calls in flight (a keep-alive connection each, with its
+#     state in libcurl: about 15 kB), not the jobs it has sent: the first 10,000 jobs
+#     are drained with the provider answering after 50 ms, so that all
+#     max_inflight calls are in flight at once and every connection is open
+#     before the first reading; the rest at 0 ms.  The connections open at
+#     each reading are printed.
 #  2. Dispatch rate and claim-query time with an empty table, then with 10
 #     million finished jobs in it (status 'sent', one notif_attempt row each,
 #     retention not yet due): the queued-job index keeps claims flat
@@ -57,15 +63,20 @@ mem_of() {	# pid -> "RssAnon_kB VmRSS_kB"
 	sleep 2
 	awk '/^RssAnon:/ { a = $2 } /^VmRSS:/ { r = $2 } END { print a, r }' "/proc/$1/status"
 }
+conns() { echo $(($(sim_get "$SIM" /stats | awk '$1 == "connections_open" { print $2 }') - 1)); }
 pid0=$(sender_pids)
+sim_get "$SIM" "/config?latency_ms=50" >/dev/null	# every slot in flight at once
 cluster_psql -c "SELECT count(notif_enqueue(g, 'bench', 'rss', '$payload')) FROM generate_series(1, $RSS_SMALL) g" >/dev/null
 wait_sql "$drained" 600
+sim_get "$SIM" "/config?latency_ms=0" >/dev/null
 read -r anon_small rss_small <<<"$(mem_of "$pid0")"
+conns_small=$(conns)
 # a point in between, to tell growth that levels off from growth per job
 RSS_MID=${SCALE_RSS_MID:-$(((RSS_JOBS / 10 > RSS_SMALL) ? RSS_JOBS / 10 : RSS_SMALL + 1))}
 cluster_psql -c "SELECT count(notif_enqueue(g, 'bench', 'rss', '$payload')) FROM generate_series($RSS_SMALL + 1, $RSS_MID) g" >/dev/null
 wait_sql "$drained" 3600
 read -r anon_mid rss_mid <<<"$(mem_of "$pid0")"
+conns_mid=$(conns)
 cluster_psql -c "SELECT count(notif_enqueue(g, 'bench', 'rss', '$payload')) FROM generate_series($RSS_MID + 1, $RSS_JOBS) g" >/dev/null
 wait_sql "$drained" 3600
 pid1=$(sender_pids)
@@ -74,9 +85,11 @@ if [ "$pid0" != "$pid1" ]; then
 	exit 1
 fi
 read -r anon_big rss_big <<<"$(mem_of "$pid0")"
+conns_big=$(conns)
 growth=$(awk -v a="$anon_small" -v b="$anon_big" 'BEGIN { printf "%.1f", (b - a) / a * 100 }')
 late=$(awk -v a="$anon_mid" -v b="$anon_big" 'BEGIN { printf "%.1f", (b - a) / a * 100 }')
 echo "sender $pid0: RssAnon after $RSS_SMALL jobs $anon_small kB (VmRSS $rss_small kB), after $RSS_MID $anon_mid kB (VmRSS $rss_mid kB), after $RSS_JOBS $anon_big kB (VmRSS $rss_big kB)"
+echo "connections open to the provider: $conns_small, $conns_mid, $conns_big"
 echo "private memory growth $growth% from $RSS_SMALL jobs (target <= 10%), $late% from $RSS_MID jobs"
 result rss_small_jobs "$RSS_SMALL"
 result rss_big_jobs "$RSS_JOBS"
@@ -89,6 +102,9 @@ result rss_mid_jobs "$RSS_MID"
 result rss_mid_anon_kb "$anon_mid"
 result rss_mid_total_kb "$rss_mid"
 result rss_late_growth_pct "$late"
+result rss_small_connections "$conns_small"
+result rss_mid_connections "$conns_mid"
+result rss_big_connections "$conns_big"
 cluster_psql -c "TRUNCATE notif_job, notif_attempt CASCADE" >/dev/null
 
 # --- 2. dispatch rate and claim time, empty table vs FINISHED finished jobs ---
