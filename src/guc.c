@@ -21,6 +21,7 @@ int			notif_max_inflight = 256;
 int			notif_batch_size = 100;
 int			notif_poll_interval_ms = 10000;
 int			notif_record_delay_ms = 2;
+int			notif_spare_connections_idle_ms = 120 * 1000;
 int			notif_max_lanes = 16;
 int			notif_max_providers = 64;
 int			notif_purge_interval_ms = 60000;
@@ -79,6 +80,13 @@ notif_define_gucs(void)
 							"Only while other calls are in flight and the sender was not woken by an enqueue; 0 records at once.",
 							&notif_record_delay_ms,
 							2, 0, 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("notif_deliver.spare_connections_idle",
+							"How long a sender keeps the connections of a past peak without using them.",
+							"Plain http connections beyond those of a lane's first 64 calls in flight, closed together after this long without a call.",
+							&notif_spare_connections_idle_ms,
+							120 * 1000, 1000, 24 * 3600 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("notif_deliver.poll_interval",

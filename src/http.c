@@ -30,7 +30,9 @@
  * but libcurl looks for an idle connection by walking every connection it
  * has to the host, and walks its connection cache again when a transfer is
  * removed: with 512 calls in flight over one pool those walks were a
- * quarter of libcurl's work per call.  All pools share one epoll set; an
+ * quarter of libcurl's work per call.  A plain pool other than the first
+ * closes, with its connections, after notif_deliver.spare_connections_idle
+ * without a call (close_spare_pools).  All pools share one epoll set; an
  * event carries its pool's index and the socket.
  * Which sockets it watches, and why an idle connection's socket stays in
  * it, is http_sockets.c's.
@@ -66,6 +68,7 @@ typedef struct HttpPool
 	long		max_connections;	/* 0: no cap */
 	bool		http1_seen;		/* answered over HTTP/1.x: cap lifted */
 	int			calls;			/* transfers in it now */
+	TimestampTz unused_since;	/* calls fell to 0 then; 0: in use, or closed */
 } HttpPool;
 
 static HttpPool pools[MAX_POOLS];
@@ -167,41 +170,59 @@ write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 	return n;
 }
 
-/* a new pool: "" for plain http, else an HTTPS provider's */
-static HttpPool *
-new_pool(const char *provider, long max_connections)
+/* open pool i: "" for plain http, else an HTTPS provider's; false if it cannot */
+static bool
+open_pool(int i, const char *provider, long max_connections)
 {
-	HttpPool   *pool = &pools[n_pools];
+	HttpPool   *pool = &pools[i];
 	CURLM	   *multi = curl_multi_init();
 
 	if (multi == NULL)
-		return NULL;
+		return false;
 	memset(pool, 0, sizeof(*pool));
 	strlcpy(pool->provider, provider, sizeof(pool->provider));
 	pool->multi = multi;
 	curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, notif_http_socket_cb);
-	curl_multi_setopt(multi, CURLMOPT_SOCKETDATA, (void *) (uintptr_t) n_pools);
+	curl_multi_setopt(multi, CURLMOPT_SOCKETDATA, (void *) (uintptr_t) i);
 	curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, timer_cb);
 	curl_multi_setopt(multi, CURLMOPT_TIMERDATA, pool);
-	/* keep as many idle keep-alive connections as calls can be in flight */
-	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) notif_max_inflight);
 	if (provider[0])
 	{
+		/* as many idle keep-alive connections as calls can be in flight */
+		curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) notif_max_inflight);
 		pool->max_connections = max_connections;
 		curl_multi_setopt(multi, CURLMOPT_PIPELINING, (long) CURLPIPE_MULTIPLEX);
 		curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, max_connections);
 	}
 	else
-		n_plain_pools++;
-	n_pools++;
-	return pool;
+	{
+		/* the lane's calls over its plain pools: its share of them */
+		curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS,
+						  (long) Max(PLAIN_POOL_CALLS,
+									 (notif_max_inflight + MAX_PLAIN_POOLS - 1) / MAX_PLAIN_POOLS));
+	}
+	return true;
 }
 
-/* The plain pool for a call: the first with room, else a new one, else the least busy. */
+static HttpPool *
+new_pool(const char *provider, long max_connections)
+{
+	if (n_pools >= MAX_POOLS || !open_pool(n_pools, provider, max_connections))
+		return NULL;
+	if (!provider[0])
+		n_plain_pools++;
+	return &pools[n_pools++];
+}
+
+/*
+ * The plain pool for a call: the first open one with room, else a closed
+ * one opened again, else a new one, else the least busy.
+ */
 static HttpPool *
 plain_pool(void)
 {
 	HttpPool   *least = NULL;
+	int			closed = -1;
 	int			i;
 
 	for (i = 0; i < n_pools; i++)
@@ -210,12 +231,20 @@ plain_pool(void)
 
 		if (pool->provider[0] != '\0')
 			continue;
+		if (pool->multi == NULL)
+		{
+			if (closed < 0)
+				closed = i;
+			continue;
+		}
 		if (pool->calls < PLAIN_POOL_CALLS)
 			return pool;
 		if (least == NULL || pool->calls < least->calls)
 			least = pool;
 	}
-	if (n_plain_pools < MAX_PLAIN_POOLS && n_pools < MAX_POOLS)
+	if (closed >= 0 && open_pool(closed, "", 0))
+		return &pools[closed];
+	if (n_plain_pools < MAX_PLAIN_POOLS)
 	{
 		HttpPool   *pool = new_pool("", 0);
 
@@ -223,6 +252,44 @@ plain_pool(void)
 			return pool;
 	}
 	return least;
+}
+
+/*
+ * Close the spare plain pools (all but the first) unused for
+ * notif_deliver.spare_connections_idle, with their connections.  libcurl
+ * looks after a pool's idle connections (closes those the provider closed,
+ * or idle too long) only when the pool starts a call, and calls go to the
+ * first pools: after a peak, the connections of a pool no longer used would
+ * stay, dead or alive, for the sender's life.  spare_close_at() says when
+ * the next is due (the sender's wait ends then).
+ */
+static TimestampTz
+spare_close_at(HttpPool *pool)
+{
+	if (pool == &pools[0] || pool->provider[0] != '\0' || pool->multi == NULL ||
+		pool->calls > 0 || pool->unused_since == 0)
+		return 0;				/* the first plain pool stays open */
+	return TimestampTzPlusMilliseconds(pool->unused_since, notif_spare_connections_idle_ms);
+}
+
+static void
+close_spare_pools(TimestampTz now)
+{
+	int			i;
+
+	for (i = 0; i < n_pools; i++)
+	{
+		HttpPool   *pool = &pools[i];
+		TimestampTz close_at = spare_close_at(pool);
+
+		if (close_at != 0 && now >= close_at)
+		{
+			curl_multi_cleanup(pool->multi);	/* its sockets leave the epoll set */
+			pool->multi = NULL;
+			pool->timer_at = 0;
+			pool->unused_since = 0;
+		}
+	}
 }
 
 /* The pool of a call: its provider's if it is HTTPS (and there is room). */
@@ -285,7 +352,7 @@ notif_http_inflight(void)
 	return n_inflight;
 }
 
-/* milliseconds until libcurl wants a timeout call; -1 for none */
+/* milliseconds until libcurl wants a timeout call or a spare pool closes; -1 for none */
 long
 notif_http_timeout_ms(void)
 {
@@ -294,8 +361,14 @@ notif_http_timeout_ms(void)
 	int			i;
 
 	for (i = 0; i < n_pools; i++)
+	{
+		TimestampTz close_at = spare_close_at(&pools[i]);
+
 		if (pools[i].timer_at != 0 && (timer_at == 0 || pools[i].timer_at < timer_at))
 			timer_at = pools[i].timer_at;
+		if (close_at != 0 && (timer_at == 0 || close_at < timer_at))
+			timer_at = close_at;
+	}
 	if (timer_at == 0)
 		return -1;
 	now = GetCurrentTimestamp();
@@ -338,7 +411,8 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 	}
 
 	curl_multi_remove_handle(pool->multi, easy);
-	pool->calls--;
+	if (--pool->calls == 0)
+		pool->unused_since = call->ended_at;
 	put_handle(easy);
 	call->easy = NULL;
 	notif_free_request(call);
@@ -418,6 +492,12 @@ notif_http_drive(bool sockets_ready)
 					flags |= CURL_CSELECT_OUT;
 				if (evs[i].events & EPOLLERR)
 					flags |= CURL_CSELECT_ERR;
+				if (pools[evs[i].data.u64 >> 32].multi == NULL)
+				{
+					/* its pool closed (none should be left): never spin on it */
+					(void) epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL);
+					continue;
+				}
 				curl_multi_socket_action(pools[evs[i].data.u64 >> 32].multi, fd,
 										 flags, &running);
 			}
@@ -430,6 +510,8 @@ notif_http_drive(bool sockets_ready)
 	{
 		HttpPool   *pool = &pools[i];
 
+		if (pool->multi == NULL)
+			continue;			/* a spare pool, closed */
 		if (pool->timer_at != 0 && now >= pool->timer_at)
 		{
 			pool->timer_at = 0;
@@ -437,6 +519,7 @@ notif_http_drive(bool sockets_ready)
 		}
 		collect_done(pool);
 	}
+	close_spare_pools(now);
 }
 
 /*
@@ -532,6 +615,7 @@ start(NotifCall *call)
 	}
 	call->pool = pool - pools;
 	pool->calls++;
+	pool->unused_since = 0;
 	dlist_push_tail(&inflight_calls, &call->node);
 	/* libcurl now asks for a 0 ms timer: the next notif_http_drive() starts it */
 	return true;
@@ -571,7 +655,8 @@ notif_http_abort_all(const char *reason)
 		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
 
 		curl_multi_remove_handle(pools[call->pool].multi, call->easy);
-		pools[call->pool].calls--;
+		if (--pools[call->pool].calls == 0)
+			pools[call->pool].unused_since = GetCurrentTimestamp();
 		put_handle(call->easy);
 		call->easy = NULL;
 		notif_free_request(call);

@@ -42,6 +42,7 @@ extern int	notif_max_inflight;
 extern int	notif_batch_size;
 extern int	notif_poll_interval_ms;
 extern int	notif_record_delay_ms;
+extern int	notif_spare_connections_idle_ms;
 extern int	notif_max_lanes;
 extern int	notif_max_providers;
 extern int	notif_purge_interval_ms;

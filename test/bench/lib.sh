@@ -217,8 +217,8 @@ SQL
 # meanwhile (a drain whose calls fail never reaches KEYS), then until SQL
 # holds.
 drain_wait() {
-	local sim=$1 keys=$2 sql=$3 i=0
-	until [ "$(sim_get "$sim" /stats | awk '$1 == "keys" { print $2 }')" -ge "$keys" ]; do
+	local sim=$1 keys=$2 sql=$3 i=0 k
+	until k=$(sim_get "$sim" /stats | awk '$1 == "keys" { print $2 }') && [ -n "$k" ] && [ "$k" -ge "$keys" ]; do
 		i=$((i + 1))
 		if [ $((i % 40)) -eq 0 ] && [ "$(cluster_psql -At -c "$sql")" = t ]; then
 			return 0
