@@ -143,5 +143,6 @@ extern void notif_http_socket_callbacks(CURL *easy);
 extern int	notif_http_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp,
 								 void *socketp);
 extern bool notif_http_socket_stray(curl_socket_t fd);
+extern void notif_http_socket_drop(curl_socket_t fd);
 
 #endif							/* NOTIF_DELIVERY_H */

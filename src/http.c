@@ -196,10 +196,16 @@ open_pool(int i, const char *provider, long max_connections)
 	}
 	else
 	{
-		/* the lane's calls over its plain pools: its share of them */
+		/*
+		 * Idle connections for its calls, with room to spare for a lane's
+		 * several plain providers (in-use and idle ones count alike), or
+		 * its share of max_inflight past 1,024 calls.  Unused, it closes
+		 * (close_spare_pools), so "never used" counts from now.
+		 */
 		curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS,
-						  (long) Max(PLAIN_POOL_CALLS,
+						  (long) Max(2 * PLAIN_POOL_CALLS,
 									 (notif_max_inflight + MAX_PLAIN_POOLS - 1) / MAX_PLAIN_POOLS));
+		pool->unused_since = GetCurrentTimestamp();
 	}
 	return true;
 }
@@ -495,7 +501,7 @@ notif_http_drive(bool sockets_ready)
 				if (pools[evs[i].data.u64 >> 32].multi == NULL)
 				{
 					/* its pool closed (none should be left): never spin on it */
-					(void) epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL);
+					notif_http_socket_drop(fd);
 					continue;
 				}
 				curl_multi_socket_action(pools[evs[i].data.u64 >> 32].multi, fd,

@@ -136,6 +136,20 @@ sock_close(void *clientp, curl_socket_t fd)
 	return close(fd);
 }
 
+/* Out of the epoll set, whatever it was (a socket whose pool is gone). */
+void
+notif_http_socket_drop(curl_socket_t fd)
+{
+	SockState  *st = state_of(fd, false);
+
+	if (st && st->events != 0)
+		unregister(fd, st);
+	else
+		(void) epoll_ctl(sockets_epfd, EPOLL_CTL_DEL, fd, NULL);
+	if (st)
+		st->watched = false;
+}
+
 /* For every easy handle, after its reset (which clears them). */
 void
 notif_http_socket_callbacks(CURL *easy)

@@ -14,9 +14,6 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 my $node = new_node('idle_connections');
-# the connections of a past peak (beyond the first 64 calls) close after 1 s unused
-$node->append_conf('postgresql.conf', "notif_deliver.spare_connections_idle = '1s'");
-$node->reload;
 my $sim = start_sim();
 set_provider($node, 'default', $sim->{url}, idempotency_header => q('Idempotency-Key'));
 $node->safe_psql('postgres', q{
@@ -120,8 +117,11 @@ for my $burst (1, 2, 3)
 		't', "burst $burst: every call started before the first answer came");
 	next unless $burst == 2;
 
-	# idle for notif_deliver.spare_connections_idle: the connections beyond
-	# the first handle's 64 are closed; the next burst opens them again
+	# idle for notif_deliver.spare_connections_idle (1 s here): the
+	# connections beyond the first handle's 64 are closed; the next burst
+	# opens them again
+	$node->safe_psql('postgres', q{ALTER SYSTEM SET notif_deliver.spare_connections_idle = '1s'});
+	$node->reload;
 	my $open = 0;
 	for (1 .. 600)
 	{
