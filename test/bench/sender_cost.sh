@@ -40,7 +40,10 @@
 # Prints a table, then "RESULT cost_<build>_<latency>ms_<what> value" lines
 # (what: jobs_per_s, cpu_per_1k, sender_cpu_per_1k, wal_bytes_per_job,
 # commits_per_1k: transactions committed in the cluster per 1,000 jobs, the
-# sender's rounds and this script's few polls).
+# sender's rounds and this script's few polls); with two latencies, each
+# build's CPU per job at the second over the first, per round and as the
+# median of the rounds: "RESULT cost_<build>_cpu_ratio_<hi>_<lo>" (the
+# cluster) and "cost_<build>_sender_cpu_ratio_<hi>_<lo>".
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 JOBS=${1:-30000}
@@ -172,6 +175,7 @@ echo "sender cost: $JOBS $DELIVERY jobs per drain, $INFLIGHT in flight, $ROUNDS 
 echo "base: ${bindir[base]}, new: ${bindir[new]}; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-5s %-7s %8s %8s %10s %10s %14s %10s %11s\n' round build latency seconds jobs_per_s cpu_1k sender_cpu_1k wal_per_job commits_1k
 rows=()
+declare -A cpu_of sender_of
 for round in $(seq 1 "$ROUNDS"); do
 	order=$variants
 	[ $((round % 2)) = 0 ] && order=$(tr ' ' '\n' <<<"$variants" | tac | tr '\n' ' ')
@@ -180,6 +184,7 @@ for round in $(seq 1 "$ROUNDS"); do
 			r=$(drain "$b" "$latency")
 			rows+=("$r")
 			read -r rb rl s j c sc w x <<<"$r"
+			cpu_of["$round $rb $rl"]=$c sender_of["$round $rb $rl"]=$sc
 			printf '%-5s %-7s %6sms %8.2f %10s %10.4f %14.4f %10s %11s\n' "$round" "$rb" "$rl" "$s" "$j" "$c" "$sc" "$w" "$x"
 		done
 	done
@@ -203,3 +208,23 @@ for latency in $LATENCIES; do
 		result "cost_${b}_${latency}ms_commits_per_1k" "$(median "$b" "$latency" 8)"
 	done
 done
+
+# issue 15's "CPU per job at the slow latency / at 0 ms": per round (the
+# same build, the same round), then the median of the rounds
+read -r lo hi rest <<<"$LATENCIES"
+if [ -n "${hi:-}" ] && [ -z "${rest:-}" ]; then
+	echo "CPU per job at $hi ms / at $lo ms, per round (cluster; sender):"
+	for b in $variants; do
+		line="" cl="" sl=""
+		for round in $(seq 1 "$ROUNDS"); do
+			c=$(awk -v a="${cpu_of["$round $b $hi"]}" -v z="${cpu_of["$round $b $lo"]}" 'BEGIN { printf "%.2f", a / z }')
+			sc=$(awk -v a="${sender_of["$round $b $hi"]}" -v z="${sender_of["$round $b $lo"]}" 'BEGIN { printf "%.2f", a / z }')
+			line+=" $c;$sc" cl+="$c " sl+="$sc "
+		done
+		mc=$(tr ' ' '\n' <<<"$cl" | grep . | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
+		ms=$(tr ' ' '\n' <<<"$sl" | grep . | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
+		echo "  $b:$line (medians $mc; $ms)"
+		result "cost_${b}_cpu_ratio_${hi}_${lo}" "$mc"
+		result "cost_${b}_sender_cpu_ratio_${hi}_${lo}" "$ms"
+	done
+fi
