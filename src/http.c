@@ -199,7 +199,7 @@ open_pool(int i, const char *provider, long max_connections)
 		/*
 		 * Idle connections for its calls, with room to spare for a lane's
 		 * several plain providers (in-use and idle ones count alike), or
-		 * its share of max_inflight past 1,024 calls.  Unused, it closes
+		 * its share of max_inflight past 2,048 calls.  Unused, it closes
 		 * (close_spare_pools), so "never used" counts from now.
 		 */
 		curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS,
