@@ -131,7 +131,7 @@ done
 # rows: round latency variant calls_per_s(4) cpu_per_1k(5) ...
 median() {	# latency variant column
 	printf '%s\n' "${rows[@]}" | awk -v l="$1" -v v="$2" -v c="$3" '$2 == l && $3 == v { print $c }' |
-		sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'
+		median_values
 }
 # per round: variant's column / baseline's column, same round and latency
 ratios() {	# latency variant column
@@ -170,7 +170,7 @@ if [ "$nv" -gt 1 ]; then
 			v=$(variant_name "$variant")
 			for what in cpu:5 rate:4; do
 				r=$(ratios "$latency" "$v" "${what#*:}")
-				m=$(sort -g <<<"$r" | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
+				m=$(median_values <<<"$r")
 				printf '%5sms %-16s %s: %s; median %s\n' "$latency" "$v" "${what%%:*}" "$(echo $r)" "$m"
 				result "$(prefix "$latency" "$variant")_${what%%:*}_ratio" "$m"
 			done

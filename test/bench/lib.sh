@@ -102,6 +102,12 @@ sim_start() {
 	return 1
 }
 
+# the median of the numbers on stdin, one per line (the lower of the two
+# middle ones for an even count)
+median_values() {
+	sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'
+}
+
 cpu_ticks() {
 	local total=0 pid v
 	for pid in "$@"; do

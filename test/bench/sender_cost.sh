@@ -192,7 +192,7 @@ done
 
 median() {	# build latency column
 	printf '%s\n' "${rows[@]}" | awk -v b="$1" -v l="$2" -v c="$3" '$1 == b && $2 == l { print $c }' |
-		sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'
+		median_values
 }
 echo "medians (load now $(cut -d' ' -f1-3 /proc/loadavg)):"
 printf '%-7s %-7s %10s %10s %14s %10s %11s\n' build latency jobs_per_s cpu_1k sender_cpu_1k wal_per_job commits_1k
@@ -221,8 +221,8 @@ if [ -n "${hi:-}" ] && [ -z "${rest:-}" ]; then
 			sc=$(awk -v a="${sender_of["$round $b $hi"]}" -v z="${sender_of["$round $b $lo"]}" 'BEGIN { printf "%.2f", a / z }')
 			line+=" $c;$sc" cl+="$c " sl+="$sc "
 		done
-		mc=$(tr ' ' '\n' <<<"$cl" | grep . | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
-		ms=$(tr ' ' '\n' <<<"$sl" | grep . | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
+		mc=$(tr ' ' '\n' <<<"$cl" | grep . | median_values)
+		ms=$(tr ' ' '\n' <<<"$sl" | grep . | median_values)
 		echo "  $b:$line (medians $mc; $ms)"
 		result "cost_${b}_cpu_ratio_${hi}_${lo}" "$mc"
 		result "cost_${b}_sender_cpu_ratio_${hi}_${lo}" "$ms"
