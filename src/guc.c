@@ -23,6 +23,7 @@ int			notif_poll_interval_ms = 10000;
 int			notif_record_delay_ms = 2;
 int			notif_spare_connections_idle_ms = 120 * 1000;
 int			notif_max_lanes = 16;
+int			notif_senders_per_lane = 1;
 int			notif_max_providers = 64;
 int			notif_purge_interval_ms = 60000;
 int			notif_purge_batch_size = 10000;
@@ -31,6 +32,18 @@ int			notif_purge_batch_size = 10000;
 static int	notif_stats_window_s = 24 * 3600;
 static int	notif_stats_dlr_grace_s = 600;
 static int	notif_stats_min_sample = 100;
+
+/*
+ * A sender's share of a lane's limit: the limit over senders_per_lane,
+ * rounded up (so at least 1 for a limit of at least 1; 0 stays 0, no limit).
+ */
+int
+notif_sender_share(int lane_limit)
+{
+	if (lane_limit <= 0 || notif_senders_per_lane <= 1)
+		return lane_limit;
+	return (lane_limit + notif_senders_per_lane - 1) / notif_senders_per_lane;
+}
 
 void
 notif_define_gucs(void)
@@ -97,8 +110,16 @@ notif_define_gucs(void)
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("notif_deliver.senders_per_lane",
+							"Sender processes per lane.",
+							"They claim the lane's due jobs side by side; the lane's max_inflight, and a provider's max_connections, are shared out between them.",
+							&notif_senders_per_lane,
+							1, 1, NOTIF_MAX_SENDERS_PER_LANE,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
 	DefineCustomIntVariable("notif_deliver.max_lanes",
-							"Most lanes (and so sender processes) at once.",
+							"Most sender processes at once: lanes times senders_per_lane.",
 							NULL,
 							&notif_max_lanes,
 							16, 1, NOTIF_MAX_LANES_LIMIT,

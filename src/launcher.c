@@ -2,15 +2,19 @@
  *
  * launcher.c
  *      The launcher: one background worker, started by the postmaster, that
- *      keeps one sender process per lane of the non-paused types running,
- *      and deletes finished jobs past their retention.
+ *      keeps notif_deliver.senders_per_lane sender processes per lane of
+ *      the non-paused types running, and deletes finished jobs past their
+ *      retention.
  *
  * It waits on its latch, set when a change to notif_type or notif_provider
  * commits (wake.c) and when a sender it started stops; and it looks once a
  * second whether the extension was created or dropped (a catalog lookup, no
- * query).  It starts a sender for a new lane, stops the sender of a lane
- * that went away, and starts again a sender that stopped.  Senders are
- * independent processes: an error in one lane never stops another.
+ * query).  It starts the senders of a new lane, stops those of a lane that
+ * went away (or past a lowered senders_per_lane), and starts again a sender
+ * that stopped.  Senders are independent processes: an error in one lane
+ * never stops another.  A lane's senders each take a slot of their own,
+ * with its own incarnation; they claim the lane's due jobs side by side
+ * (a claim skips the rows another holds).
  *
  * Until the extension exists in notif_deliver.database it waits quietly;
  * while it exists at an older version than this library's, it warns once
@@ -57,6 +61,7 @@ static char *last_error = NULL;
 static uint64 seen_generation = 0;
 static Oid	seen_extension = InvalidOid;
 static bool seen_enabled = true;
+static int	seen_senders_per_lane = 1;
 static TimestampTz next_purge = 0;
 
 void
@@ -122,7 +127,7 @@ start_sender(int slotno)
 					(errmsg("notif_deliver: could not start the sender of lane \"%s\": no background worker slot",
 							slot->lane),
 					 errdetail("Its jobs wait; the launcher tries again every second."),
-					 errhint("Raise max_worker_processes: it must cover the launcher, one sender per lane, and the server's other background workers.")));
+					 errhint("Raise max_worker_processes: it must cover the launcher, notif_deliver.senders_per_lane senders per lane, and the server's other background workers.")));
 		workers[slotno].start_failed = true;
 		workers[slotno].handle = NULL;
 		return false;
@@ -173,8 +178,10 @@ stop_sender(int slotno)
 }
 
 /*
- * Make the running senders match the wanted lanes.  A slot is freed only
- * once its sender has stopped, so a lane never has two senders.
+ * Make the running senders match the wanted lanes, one entry of lanes per
+ * sender (a lane appears senders_per_lane times).  A slot is freed only
+ * once its sender has stopped, so a lane never has more senders than
+ * slots.
  */
 static void
 reconcile(char **lanes, int n_lanes)
@@ -206,7 +213,7 @@ reconcile(char **lanes, int n_lanes)
 			stop_sender(i);
 		else
 		{
-			ereport(LOG, (errmsg("notif_deliver: lane \"%s\" stopped", slot->lane)));
+			ereport(LOG, (errmsg("notif_deliver: a sender of lane \"%s\" stopped", slot->lane)));
 			LWLockAcquire(notif_shared->lanes_lock, LW_EXCLUSIVE);
 			slot->in_use = false;
 			LWLockRelease(notif_shared->lanes_lock);
@@ -223,8 +230,10 @@ reconcile(char **lanes, int n_lanes)
 		if (i == notif_max_lanes)
 		{
 			ereport(WARNING,
-					(errmsg("notif_deliver: lane \"%s\" has no sender: more than %d lanes",
+					(errmsg("notif_deliver: lane \"%s\" lacks a sender: more than %d senders",
 							lanes[j], notif_max_lanes),
+					 errdetail("A lane takes notif_deliver.senders_per_lane (%d) of the notif_deliver.max_lanes sender slots.",
+							   notif_senders_per_lane),
 					 errhint("Raise notif_deliver.max_lanes (and max_worker_processes).")));
 			continue;
 		}
@@ -240,9 +249,27 @@ reconcile(char **lanes, int n_lanes)
 		for (k = 0; k < NOTIF_RATE_SECONDS; k++)
 			pg_atomic_write_u64(&notif_shared->lanes[i].sent_second[k], 0);
 		LWLockRelease(notif_shared->lanes_lock);
-		ereport(LOG, (errmsg("notif_deliver: starting the sender of lane \"%s\"", lanes[j])));
+		ereport(LOG, (errmsg("notif_deliver: starting a sender of lane \"%s\"", lanes[j])));
 		start_sender(i);
 	}
+}
+
+/* Each of the n_lanes lanes, senders_per_lane times over (in cxt). */
+static int
+senders_wanted(int n_lanes, char ***lanes, MemoryContext cxt)
+{
+	char	  **each;
+	int			i,
+				k;
+
+	if (notif_senders_per_lane <= 1 || n_lanes == 0)
+		return n_lanes;
+	each = MemoryContextAlloc(cxt, sizeof(char *) * n_lanes * notif_senders_per_lane);
+	for (i = 0; i < n_lanes; i++)
+		for (k = 0; k < notif_senders_per_lane; k++)
+			each[i * notif_senders_per_lane + k] = (*lanes)[i];
+	*lanes = each;
+	return n_lanes * notif_senders_per_lane;
 }
 
 /* Read the wanted lanes and reconcile; delete a purge batch when due. */
@@ -291,7 +318,7 @@ launcher_round(MemoryContext round_cxt, bool purge)
 		 */
 		notif_raise_incarnation(notif_sql_max_holder());
 		notif_raise_incarnation(notif_incarnation_floor());
-		n_lanes = notif_sql_lanes(round_cxt, &lanes);
+		n_lanes = senders_wanted(notif_sql_lanes(round_cxt, &lanes), &lanes, round_cxt);
 		if (purge)
 		{
 			pgstat_report_activity(STATE_RUNNING, "purging finished jobs");
@@ -394,7 +421,8 @@ notif_launcher_main(Datum arg)
 		}
 
 		if (generation != seen_generation || extension != seen_extension ||
-			notif_enabled != seen_enabled || !senders_ok || purge)
+			notif_enabled != seen_enabled || !senders_ok || purge ||
+			notif_senders_per_lane != seen_senders_per_lane)
 		{
 			PG_TRY();
 			{
@@ -403,6 +431,7 @@ notif_launcher_main(Datum arg)
 				pg_atomic_write_u64(&notif_shared->launcher_config_seen, generation);
 				seen_extension = extension;
 				seen_enabled = notif_enabled;
+				seen_senders_per_lane = notif_senders_per_lane;
 				if (last_error)
 				{
 					pfree(last_error);

@@ -20,11 +20,13 @@
 #define NOTIF_MAX_INFLIGHT_LIMIT	10000	/* notif_deliver.max_inflight's bound */
 
 /*
- * The most lanes notif_deliver.max_lanes allows.  Every array with an entry
- * per lane is sized by it: were one smaller, live senders would look dead
- * and their jobs be "recovered" and sent again.
+ * The most sender slots notif_deliver.max_lanes allows (a lane takes
+ * senders_per_lane of them).  Every array with an entry per sender slot is
+ * sized by it: were one smaller, live senders would look dead and their
+ * jobs be "recovered" and sent again.
  */
 #define NOTIF_MAX_LANES_LIMIT	256
+#define NOTIF_MAX_SENDERS_PER_LANE	16	/* notif_deliver.senders_per_lane's bound */
 #define NOTIF_MAX_PROVIDERS_LIMIT	4096	/* notif_deliver.max_providers' bound */
 
 /*
@@ -44,11 +46,13 @@ extern int	notif_poll_interval_ms;
 extern int	notif_record_delay_ms;
 extern int	notif_spare_connections_idle_ms;
 extern int	notif_max_lanes;
+extern int	notif_senders_per_lane;
 extern int	notif_max_providers;
 extern int	notif_purge_interval_ms;
 extern int	notif_purge_batch_size;
 
 extern void notif_define_gucs(void);
+extern int	notif_sender_share(int lane_limit);
 
 /*
  * shmem.c: what the launcher, the senders and enqueuing sessions share.

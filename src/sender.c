@@ -218,7 +218,7 @@ notif_sender_main(Datum arg)
 
 		now = GetCurrentTimestamp();
 		sender_report_state(now);
-		room = notif_http_inflight() < notif_max_inflight;
+		room = notif_http_inflight() < notif_sender_share(notif_max_inflight);
 		n = WaitEventSetWait(wes, wait_timeout_ms(now, room), events, lengthof(events),
 							 PG_WAIT_EXTENSION);
 		for (i = 0; i < n; i++)
@@ -239,10 +239,14 @@ notif_sender_main(Datum arg)
 			sender_shutdown();
 		if (ConfigReloadPending)
 		{
+			int			senders = notif_senders_per_lane;
+
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			sender.claim_at = 0;
 			woken = true;
+			if (notif_senders_per_lane != senders)
+				sender.config_stale = true; /* max_connections is shared out anew */
 		}
 		if (pg_atomic_read_u64(&notif_shared->config_generation) != sender.config_generation)
 			sender.config_stale = true;
@@ -252,7 +256,7 @@ notif_sender_main(Datum arg)
 		now = GetCurrentTimestamp();
 		if (now < sender.backoff_until)
 			continue;
-		room = notif_http_inflight() < notif_max_inflight;
+		room = notif_http_inflight() < notif_sender_share(notif_max_inflight);
 		want_claim = room && sender.claim_at <= now;
 		if (!want_claim && !sender_has_work())
 			continue;

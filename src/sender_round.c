@@ -132,7 +132,7 @@ claim_jobs(void)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz next = TimestampTzPlusMilliseconds(now, notif_poll_interval_ms);
-	int			room = notif_max_inflight - notif_http_inflight();
+	int			room = notif_sender_share(notif_max_inflight) - notif_http_inflight();
 	bool		more = false;
 	int			i;
 	Snapshot	snapshot;

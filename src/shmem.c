@@ -142,29 +142,27 @@ notif_raise_incarnation(int64 floor)
 		;						/* current was updated: look again */
 }
 
-/* Set the latch of the sender of a lane, if one runs. */
+/* Set the latches of a lane's senders (senders_per_lane of them), if they run. */
 void
 notif_wake_lane(const char *lane)
 {
-	Latch	   *latch = NULL;
+	Latch	   *latches[NOTIF_MAX_SENDERS_PER_LANE];
+	int			n = 0;
 	int			i;
 
 	if (notif_shared == NULL)
 		return;
 	LWLockAcquire(notif_shared->lanes_lock, LW_SHARED);
-	for (i = 0; i < notif_max_lanes; i++)
+	for (i = 0; i < notif_max_lanes && n < NOTIF_MAX_SENDERS_PER_LANE; i++)
 	{
 		NotifLaneSlot *slot = &notif_shared->lanes[i];
 
-		if (slot->in_use && strcmp(slot->lane, lane) == 0)
-		{
-			latch = slot->latch;
-			break;
-		}
+		if (slot->in_use && slot->latch && strcmp(slot->lane, lane) == 0)
+			latches[n++] = slot->latch;
 	}
 	LWLockRelease(notif_shared->lanes_lock);
-	if (latch)
-		SetLatch(latch);
+	for (i = 0; i < n; i++)
+		SetLatch(latches[i]);
 }
 
 static void

@@ -222,6 +222,12 @@ notif_throttle_acquire(int handle, const NotifProviderConf *provider, int want,
 	NotifProviderSlot *p = lock_slot(a);
 	int			granted;
 
+	/* a slot of this sender's own: the lane's limits, shared out between its senders */
+	int			max_inflight = (a->shared >= 0) ? provider->max_inflight
+		: notif_sender_share(provider->max_inflight);
+	double		rate_limit = (a->shared >= 0) ? provider->rate_limit
+		: provider->rate_limit / notif_senders_per_lane;
+
 	*retry_at = 0;
 	if (p->paused_until > now)
 	{
@@ -230,7 +236,7 @@ notif_throttle_acquire(int handle, const NotifProviderConf *provider, int want,
 		return 0;
 	}
 
-	granted = Min(want, provider->max_inflight - p->inflight);
+	granted = Min(want, max_inflight - p->inflight);
 	if (granted <= 0)
 	{
 		/* all its calls are in flight: whoever ends one wakes us */
@@ -238,18 +244,18 @@ notif_throttle_acquire(int handle, const NotifProviderConf *provider, int want,
 		granted = 0;
 	}
 
-	if (provider->rate_limit > 0 && granted > 0)
+	if (rate_limit > 0 && granted > 0)
 	{
-		double		burst = Max(1.0, provider->rate_limit / 10.0);
+		double		burst = Max(1.0, rate_limit / 10.0);
 		double		elapsed = (p->refilled_at == 0) ? 1.0 : (now - p->refilled_at) / 1000000.0;
 
-		p->tokens = Min(burst, p->tokens + elapsed * provider->rate_limit);
+		p->tokens = Min(burst, p->tokens + elapsed * rate_limit);
 		p->refilled_at = now;
 		if (granted > (int) floor(p->tokens))
 		{
 			granted = (int) floor(p->tokens);
 			*retry_at = TimestampTzPlusMilliseconds(now,
-													(int64) ceil((1.0 - (p->tokens - granted)) * 1000.0 / provider->rate_limit));
+													(int64) ceil((1.0 - (p->tokens - granted)) * 1000.0 / rate_limit));
 		}
 		p->tokens -= granted;
 	}

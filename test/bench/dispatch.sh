@@ -4,14 +4,16 @@
 # provider latency, and the database's own limit for the same jobs
 # (test/bench/claim_limit.sh: pgbench claiming batches of 100 with FOR
 # UPDATE SKIP LOCKED and marking them done, no HTTP), side by side in one
-# cluster.  Each round drains at 0 ms, measures the limit, drains at 50 ms;
-# the medians over the rounds are the results.  CPU seconds per 1,000 jobs
+# cluster.  Each round drains at 0 ms, measures the limit, drains at 50 ms,
+# and drains at 0 ms again with DISPATCH_SENDERS senders for the lane
+# (notif_deliver.senders_per_lane); the medians over the rounds are the
+# results.  CPU seconds per 1,000 jobs
 # for PostgreSQL (all its processes, the sender included), for the sender
 # alone, and for the simulator.
 #
 #   bash test/bench/dispatch.sh [JOBS] [INFLIGHT]     (defaults 200000 512)
 #
-# Environment: DISPATCH_ROUNDS [3]; DISPATCH_BATCH [the default of
+# Environment: DISPATCH_ROUNDS [3]; DISPATCH_SENDERS [2]; DISPATCH_BATCH [the default of
 # notif_deliver.batch_size: 100 and 200 drain alike, 500 is slower];
 # CLAIM_CLIENTS (see claim_limit.sh);
 # BENCH_PORT, BENCH_SIM_PORT (see test/bench/lib.sh).  Needs the extension
@@ -21,11 +23,16 @@
 #   dispatch_0ms_sim_cpu_per_1k   (and the same four for 50ms)
 #   claim_limit_jobs_per_s  claim_limit_pg_cpu_per_1k
 #   dispatch_fraction_of_limit    (0 ms rate / limit, per round, median)
+#   dispatch_0ms_senders dispatch_0ms_senders_jobs_per_s  dispatch_0ms_senders_pg_cpu_per_1k
+#   dispatch_0ms_senders_sender_cpu_per_1k  dispatch_0ms_senders_sim_cpu_per_1k
+#   dispatch_senders_speedup      (DISPATCH_SENDERS senders' rate / one's, per round, median)
+#   dispatch_senders_fraction_of_limit
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 JOBS=${1:-200000}
 INFLIGHT=${2:-512}
 ROUNDS=${DISPATCH_ROUNDS:-3}
+SENDERS=${DISPATCH_SENDERS:-2}
 BATCH=${DISPATCH_BATCH:-}
 SIM=$BENCH_SIM_PORT
 
@@ -56,9 +63,16 @@ row_of() {	# what seconds jobs pg_ticks sender_ticks sim_ticks
 			snd / hz / n * 1000, sim / hz / n * 1000 }'
 }
 
-# drain the backlog at a provider latency; appends a row
+# notif_deliver.senders_per_lane, for the next drain (the lane is paused
+# between drains, so its senders start with it)
+set_senders() {
+	cluster_psql -c "ALTER SYSTEM SET notif_deliver.senders_per_lane = $1" -c "SELECT pg_reload_conf()" >/dev/null
+}
+
+# drain the backlog at a provider latency with SENDERS senders [1]; appends a row
 drain() {
-	local latency=$1 pg0 sim0 t0 t1 pg1 sim1 snd sent
+	local latency=$1 senders=${2:-1} pg0 sim0 t0 t1 pg1 sim1 snd sent n
+	set_senders "$senders"
 	sim_get "$SIM" "/config?latency_ms=$latency" >/dev/null
 	sim_get "$SIM" /reset >/dev/null
 	load_jobs
@@ -71,8 +85,10 @@ drain() {
 	pg1=$(cluster_cpu_ticks)
 	sim1=$(cpu_ticks "$sim_pid")
 	snd=$(cpu_ticks $(sender_pids))
+	n=$(sender_pids | wc -l)
+	[ "$n" = "$senders" ] || { echo "dispatch at $latency ms: $n senders ran, not $senders" >&2; exit 1; }
 	end_drain bench "dispatch at $latency ms"
-	row_of "${latency}ms" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$JOBS" \
+	row_of "${latency}ms$([ "$senders" = 1 ] || echo "x$senders")" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$JOBS" \
 		$((pg1 - pg0)) "$snd" $((sim1 - sim0))
 }
 
@@ -94,14 +110,17 @@ for round in $(seq 1 "$ROUNDS"); do
 	r0=$(drain 0)
 	rl=$(limit)
 	r50=$(drain 50)
+	rs=$(drain 0 "$SENDERS")
 	f=$(awk -v a="$(cut -d' ' -f3 <<<"$r0")" -v b="$(cut -d' ' -f3 <<<"$rl")" 'BEGIN { printf "%.3f", a / b }')
-	for r in "$r0" "$rl" "$r50"; do
+	fs=$(awk -v a="$(cut -d' ' -f3 <<<"$rs")" -v b="$(cut -d' ' -f3 <<<"$rl")" 'BEGIN { printf "%.3f", a / b }')
+	sp=$(awk -v a="$(cut -d' ' -f3 <<<"$rs")" -v b="$(cut -d' ' -f3 <<<"$r0")" 'BEGIN { printf "%.3f", a / b }')
+	for r in "$r0" "$rl" "$r50" "$rs"; do
 		read -r w s n pg snd sim <<<"$r"
 		printf '%-6s %-7s %9.2f %11s %12.3f %12.3f %12.3f %9s\n' "$round" "$w" "$s" "$n" "$pg" "$snd" "$sim" \
-			"$([ "$w" = 0ms ] && echo "$f" || echo)"
+			"$([ "$w" = 0ms ] && echo "$f" || { [ "$w" = 0msx$SENDERS ] && echo "$fs"; } || echo)"
 		rows+=("$r")
 	done
-	rows+=("fraction 0 $f 0 0 0")
+	rows+=("fraction 0 $f 0 0 0" "fraction_senders 0 $fs 0 0 0" "speedup 0 $sp 0 0 0")
 done
 
 # the median of one column (3: jobs/s, 4: pg, 5: sender, 6: sim) of one kind of row
@@ -114,6 +133,9 @@ printf '%-6s %-7s %9s %11s %12.3f %12.3f %12.3f %9s\n' median 0ms "" "$(median 0
 printf '%-6s %-7s %9s %11s %12.3f\n' median limit "" "$(median limit 3)" "$(median limit 4)"
 printf '%-6s %-7s %9s %11s %12.3f %12.3f %12.3f\n' median 50ms "" "$(median 50ms 3)" "$(median 50ms 4)" \
 	"$(median 50ms 5)" "$(median 50ms 6)"
+printf '%-6s %-7s %9s %11s %12.3f %12.3f %12.3f %9s\n' median "0msx$SENDERS" "" "$(median "0msx$SENDERS" 3)" \
+	"$(median "0msx$SENDERS" 4)" "$(median "0msx$SENDERS" 5)" "$(median "0msx$SENDERS" 6)" "$(median fraction_senders 3)"
+echo "$SENDERS senders' rate / one sender's, per round, median: $(median speedup 3)"
 for l in 0ms 50ms; do
 	result "dispatch_${l}_jobs_per_s" "$(median $l 3)"
 	result "dispatch_${l}_pg_cpu_per_1k" "$(printf '%.3f' "$(median $l 4)")"
@@ -123,3 +145,10 @@ done
 result claim_limit_jobs_per_s "$(median limit 3)"
 result claim_limit_pg_cpu_per_1k "$(printf '%.3f' "$(median limit 4)")"
 result dispatch_fraction_of_limit "$(median fraction 3)"
+result dispatch_0ms_senders "$SENDERS"
+result dispatch_0ms_senders_jobs_per_s "$(median "0msx$SENDERS" 3)"
+result dispatch_0ms_senders_pg_cpu_per_1k "$(printf '%.3f' "$(median "0msx$SENDERS" 4)")"
+result dispatch_0ms_senders_sender_cpu_per_1k "$(printf '%.3f' "$(median "0msx$SENDERS" 5)")"
+result dispatch_0ms_senders_sim_cpu_per_1k "$(printf '%.3f' "$(median "0msx$SENDERS" 6)")"
+result dispatch_senders_speedup "$(median speedup 3)"
+result dispatch_senders_fraction_of_limit "$(median fraction_senders 3)"
