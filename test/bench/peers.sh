@@ -16,6 +16,10 @@
 #    (notif_deliver: its sender; PgQ: consumer + pgqd); WAL bytes per job
 #    over the drain (pg_current_wal_lsn after the enqueue commit and once
 #    everything is recorded) and over the enqueue; notif_deliver / peer.
+#    notif_deliver drains twice more per round: with ANALYZE after the
+#    enqueue (nda) and with notif_deliver.senders_per_lane = 2 (nd2), whose
+#    jobs/s and CPU over each peer's are RESULT peers_nd2_over_<peer>_<lat>ms
+#    and ..._cpu.
 # 2. semantics: SEM_N jobs, calls time out with p = 0.5% (q = 0.5 of them
 #    delivered anyway; 500 ms client timeout), each peer with its default
 #    retries, then again with the worker SIGKILLed MAX_KILLS times, evenly
@@ -81,6 +85,7 @@ name_of() {
 	case $1 in
 	nd) echo notif_deliver ;;
 	nda) echo "notif_deliver, ANALYZE after the enqueue" ;;
+	nd2) echo "notif_deliver, 2 senders per lane" ;;
 	pgq) echo "PgQ 3.5 + pgqd" ;;
 	gw) echo "graphile-worker 0.17.3" ;;
 	boss) echo "pg-boss 10.4.2" ;;
@@ -118,6 +123,12 @@ sender_delta() {
 	echo "$d"
 }
 
+# notif_deliver.senders_per_lane, for the next drain (its lanes are paused
+# between drains, so their senders start with them)
+nd_senders() {
+	cluster_psql -c "ALTER SYSTEM SET notif_deliver.senders_per_lane = $1" -c "SELECT pg_reload_conf()" >/dev/null
+}
+
 echo "peers: $(nproc) cores, $(pg_config --version), load $(cut -d' ' -f1-3 /proc/loadavg)"
 presult peers_jobs "$N"
 presult peers_sem_jobs "$SEM_N"
@@ -135,20 +146,25 @@ presult peers_setting_nd "\"notif_deliver.max_inflight $PEERS_INFLIGHT, provider
 # ---------------------------------------------------------------- throughput
 # one drain: prints "jobs_per_s pg_ticks worker_ticks wal_drain wal_enqueue"
 tput_one() {
-	local sys=$1 lat=$2 tag=$3 q lsn0 t0 lsn1 lsn2 pg0 pg1 w0 w1 snd=0 last analyze=
+	local sys=$1 lat=$2 tag=$3 q lsn0 t0 lsn1 lsn2 pg0 pg1 w0 w1 snd=0 last analyze= senders=1
 	# nda: notif_deliver with ANALYZE notif_job right after the enqueue's
-	# commit (not counted), to show what stale statistics cost its claims
+	# commit (not counted), to show what stale statistics cost its claims;
+	# nd2: notif_deliver with two senders per lane
 	[ "$sys" = nda ] && sys=nd analyze=1
+	[ "$sys" = nd2 ] && sys=nd senders=2
 	q=$(queue_of "$sys")
 	worker_stop "$sys"
 	reset_jobs
 	cluster_psql -c CHECKPOINT >/dev/null
 	sim_conf "latency_ms=$lat&p_timeout=0"
+	[ "$sys" != nd ] || nd_senders "$senders"
 	worker_start "$sys" post
 	# warm up (a worker runs for long: its first jobs JIT-compile, connect, plan)
 	enqueue "$sys" "$q" "$WARM" "w$tag" >/dev/null
 	wait_for 300 0.1 keys_reached "$WARM" && wait_for 300 0.1 settled "$sys" "$q" ||
 		{ echo "peers: $sys did not warm up" >&2; return 1; }
+	[ "$sys" != nd ] || [ "$(pm_children | grep -c 'notif_deliver sender bench *$')" = "$senders" ] ||
+		{ echo "peers: the lane of $q has $(pm_children | grep -c 'notif_deliver sender bench *$') senders, not $senders" >&2; return 1; }
 	sim_get "$SIM" /reset >/dev/null
 	lsn0=$(cluster_psql -At -c "SELECT pg_current_wal_lsn()")
 	read -r t0 lsn1 <<<"$(enqueue "$sys" "$q" "$N" "$tag")"
@@ -174,7 +190,7 @@ tput_one() {
 if [[ " $PARTS " == *" throughput "* ]]; then
 	echo "throughput: $N jobs per drain, $ROUNDS rounds, $PEERS_INFLIGHT calls in flight"
 	tput=()
-	TPUT_SYSTEMS=$(sed 's/\bnd\b/nd nda/' <<<"$SYSTEMS")
+	TPUT_SYSTEMS=$(sed 's/\bnd\b/nd nda nd2/' <<<"$SYSTEMS")
 	for round in $(seq 1 "$ROUNDS"); do
 		for lat in 0 50; do
 			for sys in $TPUT_SYSTEMS; do
@@ -186,14 +202,15 @@ if [[ " $PARTS " == *" throughput "* ]]; then
 	done
 	[ -n "${BENCH_OUT:-}" ] && : >"$BENCH_OUT/peers_tput.dat"
 	col() { printf '%s\n' "${tput[@]}" | awk -v s="$1" -v l="$2" -v c="$3" '$1 == s && $2 == l { print $c }' | median; }
-	# notif_deliver's figure / this system's, per round (side by side), then
-	# the median ("-" when that is infinite: the system's figure 0 in most
-	# rounds); columns: 4 jobs/s, 7 WAL drain, 8 WAL enqueue, 9 CPU ticks
-	ratio_of() {
+	# notif_deliver's figure (or that of the variant NUM) / this system's,
+	# per round (side by side), then the median ("-" when that is infinite:
+	# the system's figure 0 in most rounds); columns: 4 jobs/s, 7 WAL
+	# drain, 8 WAL enqueue, 9 CPU ticks
+	ratio_of() {	# SYS LAT COLUMN [NUM]
 		local round
 		for round in $(seq 1 "$ROUNDS"); do
-			printf '%s\n' "${tput[@]}" | awk -v s="$1" -v l="$2" -v r="$round" -v c="$3" \
-				'$2 == l && $3 == r { if ($1 == "nd") a = $c; if ($1 == s) b = $c }
+			printf '%s\n' "${tput[@]}" | awk -v s="$1" -v l="$2" -v r="$round" -v c="$3" -v num="${4:-nd}" \
+				'$2 == l && $3 == r { if ($1 == num) a = $c; if ($1 == s) b = $c }
 				END { if (b > 0) printf "%.2f\n", a / b; else if (a > 0) print "inf" }'
 		done | median | sed 's/^nan$/-/; s/^inf$/-/'
 	}
@@ -223,11 +240,18 @@ if [[ " $PARTS " == *" throughput "* ]]; then
 				presult "peers_${sys}_${lat}ms_wal_enqueue_ratio" "$re"
 				ratio_h=$ratio
 			fi
-			[ "$sys" = nd ] || [ "$sys" = nda ] || row peers_ratio "$(name_of "$sys")" "$lat ms" "$ratio" "$rc" "$rw" "$re"
+			[ "$sys" = nd ] || [ "$sys" = nda ] || [ "$sys" = nd2 ] || row peers_ratio "$(name_of "$sys")" "$lat ms" "$ratio" "$rc" "$rw" "$re"
 			# the headline table of doc/benchmarks.md
 			row peers_head "$(name_of "$sys")" "$lat ms" "$jps" "$ratio_h" "$tot" "$rc" "$wd" "$rw"
 		done
+		# two senders per lane against each peer, jobs/s and total CPU
+		for sys in $SYSTEMS; do
+			[ "$sys" = nd ] && continue
+			presult "peers_nd2_over_${sys}_${lat}ms" "$(ratio_of "$sys" "$lat" 4 nd2)"
+			presult "peers_nd2_over_${sys}_${lat}ms_cpu" "$(ratio_of "$sys" "$lat" 9 nd2)"
+		done
 	done
+	nd_senders 1
 fi
 
 # what stale statistics cost notif_deliver's claims: its own row against
