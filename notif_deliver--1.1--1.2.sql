@@ -349,7 +349,7 @@ ALTER TABLE notif_provider
 
 COMMENT ON COLUMN notif_provider.auth IS 'token the sender signs: google_service_account (FCM) or apns_token (APNs)';
 COMMENT ON COLUMN notif_provider.credentials IS 'the service-account JSON file, or {key_id, team_id, private_key} of an APNs .p8 key';
-COMMENT ON COLUMN notif_provider.max_connections IS 'HTTP/2 connections per lane to this provider; calls are multiplexed over them';
+COMMENT ON COLUMN notif_provider.max_connections IS 'HTTP/2 connections per lane to this provider (shared out between its senders, at least one each); calls are multiplexed over them';
 COMMENT ON COLUMN notif_provider.ca_cert IS 'PEM CA certificate(s) to verify the provider with, instead of the system store';
 
 /*

@@ -34,15 +34,16 @@ static int	notif_stats_dlr_grace_s = 600;
 static int	notif_stats_min_sample = 100;
 
 /*
- * A sender's share of a lane's limit: the limit over senders_per_lane,
- * rounded up (so at least 1 for a limit of at least 1; 0 stays 0, no limit).
+ * One sender's share of a lane's limit when the lane has that many senders:
+ * the limit over them, rounded down, so that together they stay within it,
+ * but at least 1 (each must be able to work); 0 (no limit) stays 0.
  */
 int
-notif_sender_share(int lane_limit)
+notif_sender_share(int lane_limit, int senders)
 {
-	if (lane_limit <= 0 || notif_senders_per_lane <= 1)
+	if (lane_limit <= 0 || senders <= 1)
 		return lane_limit;
-	return (lane_limit + notif_senders_per_lane - 1) / notif_senders_per_lane;
+	return Max(1, lane_limit / senders);
 }
 
 void

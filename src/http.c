@@ -107,7 +107,7 @@ notif_http_release_idle(void)
 static void
 put_handle(CURL *easy)
 {
-	if (n_idle < notif_sender_share(notif_max_inflight))
+	if (n_idle < notif_max_inflight)
 	{
 		curl_easy_reset(easy);
 		idle_handles[n_idle++] = easy;
@@ -189,7 +189,7 @@ open_pool(int i, const char *provider, long max_connections)
 	if (provider[0])
 	{
 		/* as many idle keep-alive connections as calls can be in flight */
-		curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) notif_sender_share(notif_max_inflight));
+		curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) notif_max_inflight);
 		pool->max_connections = max_connections;
 		curl_multi_setopt(multi, CURLMOPT_PIPELINING, (long) CURLPIPE_MULTIPLEX);
 		curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, max_connections);
@@ -204,7 +204,7 @@ open_pool(int i, const char *provider, long max_connections)
 		 */
 		curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS,
 						  (long) Max(2 * PLAIN_POOL_CALLS,
-									 (notif_sender_share(notif_max_inflight) + MAX_PLAIN_POOLS - 1) / MAX_PLAIN_POOLS));
+									 (notif_max_inflight + MAX_PLAIN_POOLS - 1) / MAX_PLAIN_POOLS));
 		pool->unused_since = GetCurrentTimestamp();
 	}
 	return true;

@@ -124,7 +124,7 @@ start_sender(int slotno)
 	{
 		if (!workers[slotno].start_failed)
 			ereport(WARNING,
-					(errmsg("notif_deliver: could not start the sender of lane \"%s\": no background worker slot",
+					(errmsg("notif_deliver: could not start a sender of lane \"%s\": no background worker slot",
 							slot->lane),
 					 errdetail("Its jobs wait; the launcher tries again every second."),
 					 errhint("Raise max_worker_processes: it must cover the launcher, notif_deliver.senders_per_lane senders per lane, and the server's other background workers.")));
@@ -133,7 +133,7 @@ start_sender(int slotno)
 		return false;
 	}
 	if (workers[slotno].start_failed)
-		ereport(LOG, (errmsg("notif_deliver: the sender of lane \"%s\" could start at last", slot->lane)));
+		ereport(LOG, (errmsg("notif_deliver: a sender of lane \"%s\" could start at last", slot->lane)));
 	workers[slotno].start_failed = false;
 	return true;
 }
@@ -160,11 +160,27 @@ sender_alive(int slotno)
 	return pid != 0 && kill(pid, 0) == 0;
 }
 
+/*
+ * Stop the sender of a slot: at once (SIGTERM: it drops its calls), or,
+ * retiring, once the calls it has in flight have ended and are recorded
+ * (it claims no more meanwhile).
+ */
 static void
-stop_sender(int slotno)
+stop_sender(int slotno, bool retire)
 {
 	pid_t		pid;
+	Latch	   *latch;
 
+	if (retire)
+	{
+		LWLockAcquire(notif_shared->lanes_lock, LW_SHARED);
+		pg_atomic_write_u32(&notif_shared->lanes[slotno].retire, 1);
+		latch = notif_shared->lanes[slotno].latch;
+		LWLockRelease(notif_shared->lanes_lock);
+		if (latch)
+			SetLatch(latch);
+		return;
+	}
 	if (workers[slotno].handle)
 	{
 		TerminateBackgroundWorker(workers[slotno].handle);
@@ -180,43 +196,66 @@ stop_sender(int slotno)
 /*
  * Make the running senders match the wanted lanes, one entry of lanes per
  * sender (a lane appears senders_per_lane times).  A slot is freed only
- * once its sender has stopped, so a lane never has more senders than
- * slots.
+ * once its sender has stopped, so a lane never has more senders than it
+ * wants, plus those still stopping.  A freed slot's sender may have left
+ * jobs held (its last round failed): the configuration generation moves
+ * on, so that the other senders read it again and recover them.
  */
 static void
 reconcile(char **lanes, int n_lanes)
 {
+	bool		wanted[NOTIF_MAX_LANES_LIMIT];
 	int			i,
 				k,
 				j;
 
+	/* the slots that serve a wanted lane's sender */
 	for (i = 0; i < notif_max_lanes; i++)
 	{
 		NotifLaneSlot *slot = &notif_shared->lanes[i];
-		bool		wanted = false;
 
+		wanted[i] = false;
 		if (!slot->in_use)
 			continue;
 		for (j = 0; j < n_lanes; j++)
 			if (lanes[j] && strcmp(lanes[j], slot->lane) == 0)
 			{
-				wanted = true;
+				wanted[i] = true;
 				lanes[j] = NULL;	/* served */
 				break;
 			}
-		if (wanted)
+	}
+
+	for (i = 0; i < notif_max_lanes; i++)
+	{
+		NotifLaneSlot *slot = &notif_shared->lanes[i];
+
+		if (!slot->in_use)
+			continue;
+		if (wanted[i])
 		{
+			pg_atomic_write_u32(&slot->retire, 0);	/* wanted again */
 			if (!sender_alive(i))
 				start_sender(i);
 		}
 		else if (sender_alive(i))
-			stop_sender(i);
+		{
+			/* one too many for a lane still served retires: no call is cut */
+			bool		retire = false;
+
+			for (k = 0; k < notif_max_lanes; k++)
+				if (wanted[k] && strcmp(notif_shared->lanes[k].lane, slot->lane) == 0)
+					retire = true;
+			stop_sender(i, retire);
+		}
 		else
 		{
 			ereport(LOG, (errmsg("notif_deliver: a sender of lane \"%s\" stopped", slot->lane)));
 			LWLockAcquire(notif_shared->lanes_lock, LW_EXCLUSIVE);
 			slot->in_use = false;
 			LWLockRelease(notif_shared->lanes_lock);
+			pg_atomic_fetch_add_u64(&notif_shared->config_generation, 1);
+			notif_wake_senders();
 		}
 	}
 
@@ -229,6 +268,10 @@ reconcile(char **lanes, int n_lanes)
 				break;
 		if (i == notif_max_lanes)
 		{
+			/* once per lane: its other wanted senders find no slot either */
+			for (k = j + 1; k < n_lanes; k++)
+				if (lanes[k] && strcmp(lanes[k], lanes[j]) == 0)
+					lanes[k] = NULL;
 			ereport(WARNING,
 					(errmsg("notif_deliver: lane \"%s\" lacks a sender: more than %d senders",
 							lanes[j], notif_max_lanes),
@@ -244,6 +287,7 @@ reconcile(char **lanes, int n_lanes)
 		pg_atomic_write_u32(&notif_shared->lanes[i].inflight, 0);
 		pg_atomic_write_u64(&notif_shared->lanes[i].sent, 0);
 		pg_atomic_write_u32(&notif_shared->lanes[i].state, WORKER_STARTING);
+		pg_atomic_write_u32(&notif_shared->lanes[i].retire, 0);
 		pg_atomic_write_u64(&notif_shared->lanes[i].config_seen, 0);
 		notif_shared->lanes[i].n_unshared = 0;
 		for (k = 0; k < NOTIF_RATE_SECONDS; k++)
@@ -254,7 +298,11 @@ reconcile(char **lanes, int n_lanes)
 	}
 }
 
-/* Each of the n_lanes lanes, senders_per_lane times over (in cxt). */
+/*
+ * Each of the n_lanes lanes, senders_per_lane times over (in cxt): every
+ * lane once, then every lane again, so that when the slots run out every
+ * lane has a sender before any has a second.
+ */
 static int
 senders_wanted(int n_lanes, char ***lanes, MemoryContext cxt)
 {
@@ -265,9 +313,9 @@ senders_wanted(int n_lanes, char ***lanes, MemoryContext cxt)
 	if (notif_senders_per_lane <= 1 || n_lanes == 0)
 		return n_lanes;
 	each = MemoryContextAlloc(cxt, sizeof(char *) * n_lanes * notif_senders_per_lane);
-	for (i = 0; i < n_lanes; i++)
-		for (k = 0; k < notif_senders_per_lane; k++)
-			each[i * notif_senders_per_lane + k] = (*lanes)[i];
+	for (k = 0; k < notif_senders_per_lane; k++)
+		for (i = 0; i < n_lanes; i++)
+			each[k * n_lanes + i] = (*lanes)[i];
 	*lanes = each;
 	return n_lanes * notif_senders_per_lane;
 }
@@ -371,6 +419,7 @@ notif_launcher_main(Datum arg)
 	notif_shmem_attach();
 	BackgroundWorkerInitializeConnection(notif_database, NULL, 0);
 	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
 	pgstat_report_appname("notif_deliver launcher");
 
 	LWLockAcquire(notif_shared->lanes_lock, LW_EXCLUSIVE);

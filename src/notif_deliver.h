@@ -52,7 +52,7 @@ extern int	notif_purge_interval_ms;
 extern int	notif_purge_batch_size;
 
 extern void notif_define_gucs(void);
-extern int	notif_sender_share(int lane_limit);
+extern int	notif_sender_share(int lane_limit, int senders);
 
 /*
  * shmem.c: what the launcher, the senders and enqueuing sessions share.
@@ -87,6 +87,7 @@ typedef struct NotifLaneSlot
 	pg_atomic_uint32 inflight;	/* calls in flight */
 	pg_atomic_uint64 sent;		/* calls ended, since the slot was assigned */
 	pg_atomic_uint32 state;		/* NotifWorkerState */
+	pg_atomic_uint32 retire;	/* 1: claim no more, end the calls, exit */
 	pg_atomic_uint64 config_seen;	/* the configuration generation it read */
 	/* jobs sent, per second of the last minute (written by the sender) */
 	pg_atomic_uint64 sent_second[NOTIF_RATE_SECONDS];	/* which second */
@@ -134,6 +135,7 @@ extern void notif_wake_lane(const char *lane);
 extern void notif_wake_all(void);
 extern void notif_wake_senders(void);
 extern int	notif_live_incarnations(int64 out[NOTIF_MAX_LANES_LIMIT]);
+extern int	notif_lane_senders(const char *lane);
 extern void notif_count_sent(NotifLaneSlot *lane, int n);
 extern uint64 notif_sent_last_minute(NotifLaneSlot *lane);
 

@@ -170,6 +170,21 @@ sender_shutdown(void)
 	proc_exit(0);
 }
 
+/*
+ * Retired (the lane has one sender too many, senders_per_lane was
+ * lowered): every call it had has ended and is recorded; leave.
+ */
+static void
+sender_retire(void)
+{
+	ereport(LOG,
+			(errmsg("notif_deliver sender of lane \"%s\" retired, its calls ended and recorded",
+					sender.lane),
+			 errdetail("The lane has notif_deliver.senders_per_lane = %d senders.",
+					   notif_senders_per_lane)));
+	proc_exit(0);
+}
+
 void
 notif_sender_main(Datum arg)
 {
@@ -186,6 +201,8 @@ notif_sender_main(Datum arg)
 
 	BackgroundWorkerInitializeConnection(notif_database, NULL, 0);
 	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_OVERRIDE);
+	/* a claim skips rows that others claimed meanwhile, never fails on them */
+	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
 	notif_sql_planner_settings();	/* its statements are planned once */
 	SetConfigOption("application_name", psprintf("notif_deliver sender %s", sender.lane),
 					PGC_USERSET, PGC_S_OVERRIDE);
@@ -213,12 +230,17 @@ notif_sender_main(Datum arg)
 		bool		sockets_ready = false;
 		bool		woken = false;
 		TimestampTz now;
+		bool		retiring;
 		bool		room;
 		volatile bool want_claim;
 
 		now = GetCurrentTimestamp();
 		sender_report_state(now);
-		room = notif_http_inflight() < notif_sender_share(notif_max_inflight);
+		retiring = pg_atomic_read_u32(&sender.slot->retire) != 0;
+		if (retiring && notif_http_inflight() == 0 && dlist_is_empty(&sender.finished) &&
+			dlist_is_empty(&sender.claimed))
+			sender_retire();
+		room = !retiring && notif_http_inflight() < sender_max_inflight();
 		n = WaitEventSetWait(wes, wait_timeout_ms(now, room), events, lengthof(events),
 							 PG_WAIT_EXTENSION);
 		for (i = 0; i < n; i++)
@@ -256,7 +278,7 @@ notif_sender_main(Datum arg)
 		now = GetCurrentTimestamp();
 		if (now < sender.backoff_until)
 			continue;
-		room = notif_http_inflight() < notif_sender_share(notif_max_inflight);
+		room = !retiring && notif_http_inflight() < sender_max_inflight();
 		want_claim = room && sender.claim_at <= now;
 		if (!want_claim && !sender_has_work())
 			continue;

@@ -84,6 +84,9 @@ typedef struct NotifSender
 	int			grant_slot;
 	int			grant_left;
 
+	/* the lane's running senders, itself included, counted at each round */
+	int			lane_senders;
+
 	/* jobs left in flight by stopped senders are looked for (at start, after a reload) */
 	bool		need_recovery;
 
@@ -106,6 +109,7 @@ extern NotifSender sender;
 
 /* sender_round.c */
 extern bool sender_has_work(void);
+extern int	sender_max_inflight(void);
 extern void sender_round(bool want_claim);
 extern void sender_round_failed(void);
 extern void sender_drive_calls(bool sockets_ready);

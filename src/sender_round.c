@@ -132,7 +132,7 @@ claim_jobs(void)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz next = TimestampTzPlusMilliseconds(now, notif_poll_interval_ms);
-	int			room = notif_sender_share(notif_max_inflight) - notif_http_inflight();
+	int			room = sender_max_inflight() - notif_http_inflight();
 	bool		more = false;
 	int			i;
 	Snapshot	snapshot;
@@ -179,7 +179,7 @@ claim_jobs(void)
 			more = true;
 			break;
 		}
-		granted = notif_throttle_acquire(type->provider.throttle, &type->provider,
+		granted = notif_throttle_acquire(type->provider.throttle, &type->provider, sender.lane_senders,
 										 Min(room, notif_batch_size), now, &retry_at);
 		if (retry_at != 0 && retry_at < next)
 			next = retry_at;
@@ -401,6 +401,18 @@ claim_retries_when_due(const NotifResult *results, int n)
 			sender.claim_at = results[i].next.next_at;
 }
 
+/*
+ * The calls in flight this sender may have: its share of the lane's
+ * notif_deliver.max_inflight among the lane's running senders (as counted
+ * at the last round).  While a sibling starts, calls started under the
+ * larger share end before this sender claims again.
+ */
+int
+sender_max_inflight(void)
+{
+	return notif_sender_share(notif_max_inflight, sender.lane_senders);
+}
+
 /* Results to record, jobs to recover, or a configuration to read? */
 bool
 sender_has_work(void)
@@ -428,6 +440,7 @@ sender_round(bool want_claim)
 	pgstat_report_activity(STATE_RUNNING, "recording results and claiming jobs");
 
 	installed = notif_sql_prepare();
+	sender.lane_senders = notif_lane_senders(sender.lane);
 	if (installed)
 	{
 		if (sender.config_stale)

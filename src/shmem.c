@@ -112,6 +112,7 @@ notif_shmem_attach(void)
 			pg_atomic_init_u32(&slot->inflight, 0);
 			pg_atomic_init_u64(&slot->sent, 0);
 			pg_atomic_init_u32(&slot->state, WORKER_STARTING);
+			pg_atomic_init_u32(&slot->retire, 0);
 			pg_atomic_init_u64(&slot->config_seen, 0);
 			for (s = 0; s < NOTIF_RATE_SECONDS; s++)
 			{
@@ -142,7 +143,26 @@ notif_raise_incarnation(int64 floor)
 		;						/* current was updated: look again */
 }
 
-/* Set the latches of a lane's senders (senders_per_lane of them), if they run. */
+/* How many senders of a lane run (at least 1: the caller is one). */
+int
+notif_lane_senders(const char *lane)
+{
+	int			n = 0;
+	int			i;
+
+	LWLockAcquire(notif_shared->lanes_lock, LW_SHARED);
+	for (i = 0; i < notif_max_lanes; i++)
+	{
+		NotifLaneSlot *slot = &notif_shared->lanes[i];
+
+		if (slot->in_use && slot->pid != 0 && strcmp(slot->lane, lane) == 0)
+			n++;
+	}
+	LWLockRelease(notif_shared->lanes_lock);
+	return Max(n, 1);
+}
+
+/* Set the latches of a lane's senders, if they run. */
 void
 notif_wake_lane(const char *lane)
 {

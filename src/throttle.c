@@ -13,8 +13,9 @@
  * providers_lock); a slot no sender is attached to and with no call in
  * flight is free for another provider.  When every one of the
  * notif_deliver.max_providers slots is taken, the provider's limits are
- * still applied, in the lane alone, by a slot of the sender's own: a
- * warning says so once, and notif_provider_slots() shows it.
+ * still applied, in the lane alone, by a slot of the sender's own (a lane
+ * with several senders shares them out): a warning says so once, and
+ * notif_provider_slots() shows it.
  *
  *-------------------------------------------------------------------------
  */
@@ -210,24 +211,27 @@ unlock_slot(Attachment *a)
 }
 
 /*
- * Ask for up to "want" calls to a provider now.  Returns how many may
+ * Ask for up to "want" calls to a provider now, for a sender of a lane
+ * with that many running senders.  Returns how many may
  * start; when that is fewer than wanted because of the rate limit or a
  * pause, *retry_at says when to ask again (0: when a call ends).
  */
 int
-notif_throttle_acquire(int handle, const NotifProviderConf *provider, int want,
+notif_throttle_acquire(int handle, const NotifProviderConf *provider, int senders, int want,
 					   TimestampTz now, TimestampTz *retry_at)
 {
 	Attachment *a = &attachments[handle];
 	NotifProviderSlot *p = lock_slot(a);
+	int			max_inflight = provider->max_inflight;
+	double		rate_limit = provider->rate_limit;
 	int			granted;
 
-	/* a slot of this sender's own: the lane's limits, shared out between its senders */
-	int			max_inflight = (a->shared >= 0) ? provider->max_inflight
-		: notif_sender_share(provider->max_inflight);
-	double		rate_limit = (a->shared >= 0) ? provider->rate_limit
-		: provider->rate_limit / notif_senders_per_lane;
-
+	if (a->shared < 0 && senders > 1)
+	{
+		/* a slot of this sender's own: its share of the lane's limits */
+		max_inflight = notif_sender_share(max_inflight, senders);
+		rate_limit /= senders;
+	}
 	*retry_at = 0;
 	if (p->paused_until > now)
 	{

@@ -211,7 +211,7 @@ $node->safe_psql('postgres', q{
 	INSERT INTO notif.notif_type (code, delivery, max_tries, lane)
 	SELECT 'many' || g, 'at_most_once', 1, 'many' || g FROM generate_series(1, 7) g});
 sleep(4);
-my @warnings = (slurp_file($node->logfile) =~ /could not start the sender of lane "many\d": no background worker slot/g);
+my @warnings = (slurp_file($node->logfile) =~ /could not start a sender of lane "many\d": no background worker slot/g);
 is(scalar(@warnings), 2, 'each lane without a worker slot is reported once, not every second');
 $node->safe_psql('postgres', q{DELETE FROM notif.notif_type WHERE code LIKE 'many%' AND code <> 'many1'});
 ok( wait_until($node, q{SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'notif_deliver sender'}),

@@ -4,7 +4,8 @@
 # once; the lane's max_inflight is shared out between them; a sender that
 # starts beside a busy one leaves that one's calls alone (its recovery takes
 # only the jobs of senders that are gone); a stopped one is replaced, and
-# lowering the setting stops the extra ones.
+# lowering the setting retires the extra ones: they claim no more, end
+# their calls, record them, and leave.
 use strict;
 use warnings;
 use lib 'test';
@@ -100,6 +101,9 @@ ok(wait_until($node, q{SELECT count(*) = 30 FROM notif_job WHERE order_id LIKE '
 	'30 calls in flight (the provider answers in 2 s)');
 set_senders(3);
 ok(senders_running(3), 'a third sender starts beside them');
+ok(wait_config_read($node, 'bulk'), 'the three have read the configuration (and so looked for jobs to recover)');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM notif_job WHERE order_id LIKE 'b-%' AND status = 'sending'}),
+	'30', 'meanwhile the 30 calls were still in flight');
 ok(wait_until($node, q{SELECT count(*) = 30 FROM notif_job WHERE order_id LIKE 'b-%' AND status = 'sent'}),
 	'the 30 are sent');
 is($node->safe_psql('postgres', q{SELECT max(tries) FROM notif_job WHERE order_id LIKE 'b-%'}), '1',
@@ -107,14 +111,27 @@ is($node->safe_psql('postgres', q{SELECT max(tries) FROM notif_job WHERE order_i
 ($keys, $twice) = received('b');
 is("$keys $twice", '30 0', 'the provider received each once');
 
+# --- three senders: 40 shared out as 13 each, rounded down ---
+sim_get($sim, '/config?latency_ms=300');
+enqueue('r', 200);
+ok(wait_until($node, q{SELECT count(*) = 200 FROM notif_job WHERE order_id LIKE 'r-%' AND status = 'sent'}),
+	'a burst of 200 is sent by three senders');
+$most = most_in_flight('r');
+cmp_ok($most, '>', 26, "all three had calls in flight at once ($most at most; each may have 13)");
+cmp_ok($most, '<=', 39, "the three together stayed within the lane's 40 ($most at most)");
+
 # --- a sender stopped mid-call is replaced; the other senders go on ---
+sim_get($sim, '/config?latency_ms=2000');
 my @before = sender_pids();
 enqueue('c', 30);
 ok(wait_until($node, q{SELECT count(*) = 30 FROM notif_job WHERE order_id LIKE 'c-%' AND status = 'sending'}),
 	'30 calls in flight');
+ok(wait_until($node, q{SELECT sum(in_flight) = 30 FROM notif_workers() WHERE role = 'sender' AND lane = 'bulk'}),
+	'the senders count them in flight');
 my ($victim, $dropped) = split /\|/, $node->safe_psql('postgres', q{
 	SELECT pid, in_flight FROM notif_workers() WHERE role = 'sender' AND lane = 'bulk' AND in_flight > 0
 	 ORDER BY in_flight DESC, pid LIMIT 1});
+BAIL_OUT('no sender has calls in flight') unless $victim && $victim =~ /^\d+$/;
 kill 'TERM', $victim;
 ok(wait_until($node, qq{SELECT count(*) = 3 AND bool_and(pid <> $victim)
                          FROM notif_workers() WHERE role = 'sender' AND lane = 'bulk' AND pid IS NOT NULL}),
@@ -129,11 +146,25 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM notif_job WHERE order_id 
 ($keys, $twice) = received('c');
 is($keys, 30, 'the provider received each of them');
 
-# --- back to one sender: the extra ones stop ---
-sim_get($sim, '/config?latency_ms=0');
+# --- back to one sender: the extra ones retire, their calls not cut ---
+enqueue('e', 30);
+ok(wait_until($node, q{SELECT count(*) = 30 FROM notif_job WHERE order_id LIKE 'e-%' AND status = 'sending'}),
+	'30 calls in flight');
+my $spread = $node->safe_psql('postgres', q{
+	SELECT count(*) FROM notif_workers() WHERE role = 'sender' AND lane = 'bulk' AND in_flight > 0});
 set_senders(1);
-ok(senders_running(1), 'senders_per_lane = 1 stops the extra senders');
-like(slurp_file($node->logfile), qr/a sender of lane "bulk" stopped/, 'the log says a sender of the lane stopped');
+ok(wait_until($node, q{SELECT count(*) = 1 AND bool_and(pid IS NOT NULL)
+                        FROM notif_workers() WHERE role = 'sender' AND lane = 'bulk'}),
+	'senders_per_lane = 1: the extra senders stop and free their slots');
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FILTER (WHERE status = 'sent' AND tries = 1) FROM notif_job WHERE order_id LIKE 'e-%'}),
+	'30', "the calls in flight ($spread senders had some) all ended, each in its first try: none was cut");
+($keys, $twice) = received('e');
+is("$keys $twice", '30 0', 'the provider received each once');
+my @retired = (slurp_file($node->logfile) =~ /sender of lane "bulk" retired, its calls ended and recorded/g);
+is(scalar(@retired), 2, 'the two extra senders retired (said once each)');
+like(slurp_file($node->logfile), qr/a sender of lane "bulk" stopped/, 'the launcher freed their slots');
+sim_get($sim, '/config?latency_ms=0');
 enqueue('d', 50);
 ok(wait_until($node, q{SELECT count(*) = 50 FROM notif_job WHERE order_id LIKE 'd-%' AND status = 'sent'}),
 	'the remaining sender sends on');
