@@ -383,6 +383,24 @@ notif_http_timeout_ms(void)
 	return (long) ((timer_at - now + 999) / 1000);
 }
 
+/*
+ * A call's transfer leaves its pool (it ended at "when"): the handle goes
+ * back to the idle ones, its request is freed, and a pool left without
+ * calls counts as unused from then.
+ */
+static void
+leave_pool(NotifCall *call, TimestampTz when)
+{
+	HttpPool   *pool = &pools[call->pool];
+
+	curl_multi_remove_handle(pool->multi, call->easy);
+	if (--pool->calls == 0)
+		pool->unused_since = when;
+	put_handle(call->easy);
+	call->easy = NULL;
+	notif_free_request(call);
+}
+
 /* A call's transfer ended: what it did, and its handle back to the free list. */
 static void
 finish_call(HttpPool *pool, CURL *easy, CURLcode result)
@@ -416,12 +434,7 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 		curl_multi_setopt(pool->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
 	}
 
-	curl_multi_remove_handle(pool->multi, easy);
-	if (--pool->calls == 0)
-		pool->unused_since = call->ended_at;
-	put_handle(easy);
-	call->easy = NULL;
-	notif_free_request(call);
+	leave_pool(call, call->ended_at);
 	dlist_delete(&call->node);
 	if (call->on_done)
 	{
@@ -660,13 +673,8 @@ notif_http_abort_all(const char *reason)
 	{
 		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
 
-		curl_multi_remove_handle(pools[call->pool].multi, call->easy);
-		if (--pools[call->pool].calls == 0)
-			pools[call->pool].unused_since = GetCurrentTimestamp();
-		put_handle(call->easy);
-		call->easy = NULL;
-		notif_free_request(call);
 		call->ended_at = GetCurrentTimestamp();
+		leave_pool(call, call->ended_at);
 		call->outcome = OUTCOME_UNKNOWN;
 		call->error = MemoryContextStrdup(call->cxt, reason);
 		dlist_delete(&call->node);
