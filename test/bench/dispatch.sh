@@ -63,16 +63,10 @@ row_of() {	# what seconds jobs pg_ticks sender_ticks sim_ticks
 			snd / hz / n * 1000, sim / hz / n * 1000 }'
 }
 
-# notif_deliver.senders_per_lane, for the next drain (the lane is paused
-# between drains, so its senders start with it)
-set_senders() {
-	cluster_psql -c "ALTER SYSTEM SET notif_deliver.senders_per_lane = $1" -c "SELECT pg_reload_conf()" >/dev/null
-}
-
 # drain the backlog at a provider latency with SENDERS senders [1]; appends a row
 drain() {
 	local latency=$1 senders=${2:-1} pg0 sim0 t0 t1 pg1 sim1 snd sent n
-	set_senders "$senders"
+	nd_senders "$senders"
 	sim_get "$SIM" "/config?latency_ms=$latency" >/dev/null
 	sim_get "$SIM" /reset >/dev/null
 	load_jobs

@@ -236,6 +236,12 @@ drain_wait() {
 	done
 }
 
+# nd_senders N: notif_deliver.senders_per_lane for the next drain (a lane
+# paused between drains starts its senders with it)
+nd_senders() {
+	cluster_psql -c "ALTER SYSTEM SET notif_deliver.senders_per_lane = $1" -c "SELECT pg_reload_conf()" >/dev/null
+}
+
 nd_idle_sql() {
 	# (after a crash notif_active is empty until the launcher has rebuilt it)
 	echo "SELECT EXISTS (SELECT 1 FROM notif_active_built)

@@ -123,12 +123,6 @@ sender_delta() {
 	echo "$d"
 }
 
-# notif_deliver.senders_per_lane, for the next drain (its lanes are paused
-# between drains, so their senders start with them)
-nd_senders() {
-	cluster_psql -c "ALTER SYSTEM SET notif_deliver.senders_per_lane = $1" -c "SELECT pg_reload_conf()" >/dev/null
-}
-
 echo "peers: $(nproc) cores, $(pg_config --version), load $(cut -d' ' -f1-3 /proc/loadavg)"
 presult peers_jobs "$N"
 presult peers_sem_jobs "$SEM_N"
