@@ -1,11 +1,21 @@
-# 025_claim_plans.pl: the plans of a sender's claim and of its look for
-# the next due job, as auto_explain logs them, stay the due index in order
-# whatever the statistics say.  Planned once per sender (src/job_sql.c),
-# generic, they must not be driven from notif_job's primary key (every
-# job read and sorted at each claim).  Here the statistics are those that
-# once made it so: notif_job's from before a bulk enqueue (every job
-# finished, none queued), notif_active's with the backlog in it (autovacuum
-# analyzes it first: it is small), when the sender starts and plans.
+# 025_claim_plans.pl: the plans of a sender's statements (its claim, its
+# record of results, its look for the next due job), as auto_explain logs
+# them, read every table by key whatever the statistics said when they
+# were made.  Planned once per sender (src/job_sql.c), generic, they keep
+# their plan until an ANALYZE: a plan made from statistics that no longer
+# hold must still not read a whole table at each round.  Three sets of
+# statistics, each of which once made a plan that did:
+#  - notif_job's from before a bulk enqueue (every job finished, none
+#    queued), notif_active's with the backlog in it (autovacuum analyzes
+#    it first: it is small): the claim read and sorted every job;
+#  - notif_active vacuumed and analyzed empty, as after a drain, and the
+#    plans made then (an idle sender claims at each poll_interval, and an
+#    ANALYZE makes it plan again; so does a sender started with the queue
+#    empty, or after a crash empties notif_active), before a burst: the
+#    claim walked all of notif_active once per claimed job;
+#  - both tables so analyzed (all jobs deleted, or a new install) and the
+#    plans made then, before a burst.
+# Autovacuum is off, so that only the statistics set here are seen.
 use strict;
 use warnings;
 use lib 'test';
@@ -16,10 +26,66 @@ use Test::More;
 
 my $node = new_node('claim_plans',
 	shared_preload_libraries => q('notif_deliver,auto_explain'),
+	autovacuum => 'off',
 	'auto_explain.log_min_duration' => 0,
 	'auto_explain.log_nested_statements' => 'on');
 my $sim = start_sim();
 set_provider($node, 'default', $sim->{url}, idempotency_header => q('Idempotency-Key'), max_inflight => 500);
+
+# each plan auto_explain logged since $offset for a statement whose text matches
+sub plans_of
+{
+	my ($offset, $re) = @_;
+	my $log = substr(slurp_file($node->logfile), $offset);
+	my @plans;
+	for my $entry (split /\n(?=\S.*LOG:  duration: )/, $log)
+	{
+		push @plans, $entry if $entry =~ /Query Text:.*$re/s;
+	}
+	return @plans;
+}
+
+# A plan that reads a whole table of jobs: a sort, a sequential scan of
+# notif_job or notif_active, or an index of theirs walked without an index
+# condition (a probe, or a range of the due index, has one on the next line).
+sub reads_a_whole_table
+{
+	my ($plan) = @_;
+	return 1 if $plan =~ /\bSort\b/;
+	return 1 if $plan =~ /Seq Scan on notif_(?:job|active)\b/;
+	return 1 if $plan =~ /Index (?:Only )?Scan using \S+ on notif_(?:job|active)\b[^\n]*\n(?!\s+Index Cond)/;
+	return 0;
+}
+
+# The sender's plans since $offset, checked; $what names the statistics.
+sub check_plans
+{
+	my ($offset, $what) = @_;
+	my @claims = plans_of($offset, qr/LIMIT \$2\s+FOR UPDATE OF a SKIP LOCKED/);
+	cmp_ok(scalar(@claims), '>', 0, "$what: auto_explain logged the sender's claims (" . scalar(@claims) . ')');
+	is(scalar(grep { !/Index Scan using notif_active_due_idx/ } @claims), 0, "$what: every claim reads the due index");
+	is(scalar(grep { reads_a_whole_table($_) } @claims), 0,
+		"$what: no claim sorts, or reads notif_job or notif_active other than by key");
+	my @records = plans_of($offset, qr/WITH r AS \(SELECT \* FROM unnest\(/);
+	cmp_ok(scalar(@records), '>', 0, "$what: auto_explain logged the sender's records of results (" . scalar(@records) . ')');
+	is(scalar(grep { reads_a_whole_table($_) } @records), 0,
+		"$what: no record of results reads notif_job or notif_active other than by key");
+	my @next = plans_of($offset, qr/SELECT \(SELECT a\.next_at FROM/);
+	is(scalar(grep { !/Index Scan using notif_active_due_idx/ || reads_a_whole_table($_) } @next), 0,
+		"$what: each look for the next due job (" . scalar(@next) . ') reads the due index in order');
+}
+
+# Enqueue $n jobs of order $order, wait until all are sent.
+sub burst
+{
+	my ($n, $order) = @_;
+	$node->safe_psql('postgres',
+		qq{SELECT count(notif_enqueue(g, 'bulk', '$order', '{"to": "+84900000001"}')) FROM generate_series(1, $n) g});
+	ok(wait_until($node, qq{SELECT count(*) = $n FROM notif_job WHERE order_id = '$order' AND status = 'sent'}),
+		"the $n jobs of burst $order are sent");
+}
+
+# 1. notif_job analyzed before a bulk enqueue, notif_active with it in.
 $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, lane, paused) VALUES ('bulk', 'at_least_once', 3, 'bulk', true);
 	INSERT INTO notif_job (user_id, kind, order_id, payload, status, tries, created_at, next_at, sent_at, outcome, http_status)
@@ -31,41 +97,37 @@ $node->safe_psql('postgres', q{
 	ANALYZE notif_active;});
 is($node->safe_psql('postgres', q{SELECT reltuples FROM pg_class WHERE relname = 'notif_active'}), '50000',
 	'notif_active is analyzed with 50,000 queued jobs in it');
-
 my $offset = -s $node->logfile;
 $node->safe_psql('postgres', q{UPDATE notif_type SET paused = false WHERE code = 'bulk'});
 ok(wait_until($node, q{SELECT count(*) = 0 FROM notif_active}), 'the backlog is sent');
+check_plans($offset, 'a backlog analyzed');
 
-# each plan auto_explain logged for a statement whose text matches
-sub plans_of
+# The sender's next claim, planned again after an ANALYZE, once the queue is empty.
+sub idle_claim
 {
-	my ($re) = @_;
-	my $log = substr(slurp_file($node->logfile), $offset);
-	my @plans;
-	for my $entry (split /\n(?=\S.*LOG:  duration: )/, $log)
-	{
-		push @plans, $entry if $entry =~ /Query Text:.*$re/s;
-	}
-	return @plans;
+	my ($what) = @_;
+	ok($node->wait_for_log(qr/LOG:  duration: [^\n]*\n\s+Query Text: WITH work AS MATERIALIZED/, -s $node->logfile),
+		"$what: the idle sender claims (nothing) and plans its claim again");
 }
 
-# a plan that reads all of notif_job: a sort, or its primary key walked
-# without an index condition (a probe has one, on the next line)
-sub reads_all_jobs
-{
-	my ($plan) = @_;
-	return 1 if $plan =~ /\bSort\b/;
-	return 1 if $plan =~ /Index Scan using notif_job_pkey[^\n]*\n(?!\s+Index Cond)/;
-	return 0;
-}
+# 2. notif_active analyzed empty, the plans made then.
+$node->safe_psql('postgres', q{VACUUM ANALYZE notif_active});
+is($node->safe_psql('postgres', q{SELECT reltuples = 0 AND relpages = 0 FROM pg_class WHERE relname = 'notif_active'}), 't',
+	'notif_active is vacuumed and analyzed empty');
+idle_claim('notif_active empty');
+$offset = -s $node->logfile;
+burst(10000, 'burst2');
+check_plans($offset, 'notif_active empty');
 
-my @claims = plans_of(qr/LIMIT \$2\s+FOR UPDATE OF a SKIP LOCKED/);
-cmp_ok(scalar(@claims), '>', 0, 'auto_explain logged the sender\'s claims (' . scalar(@claims) . ')');
-is(scalar(grep { !/Index Scan using notif_active_due_idx/ } @claims), 0, 'every claim reads the due index');
-is(scalar(grep { reads_all_jobs($_) } @claims), 0, 'no claim sorts, or reads notif_job other than by probes');
-my @next = plans_of(qr/SELECT (?:min\(a\.next_at\)|\(SELECT a\.next_at) FROM/);
-cmp_ok(scalar(@next), '>', 0, 'the look for the next due job ran (' . scalar(@next) . ' times)');
-is(scalar(grep { !/Index Scan using notif_active_due_idx/ || reads_all_jobs($_) } @next), 0,
-	'it reads the due index in order, up to the first queued job');
+# 3. Both analyzed empty, the plans made then.
+$node->safe_psql('postgres', q{DELETE FROM notif_attempt; DELETE FROM notif_job});
+$node->safe_psql('postgres', q{VACUUM ANALYZE notif_job, notif_active, notif_attempt});
+is($node->safe_psql('postgres', q{SELECT reltuples = 0 AND relpages = 0 FROM pg_class WHERE relname = 'notif_job'}), 't',
+	'notif_job is vacuumed and analyzed empty');
+idle_claim('both empty');
+burst(1, 'one');	# the record of results is planned with one job
+$offset = -s $node->logfile;
+burst(10000, 'burst3');
+check_plans($offset, 'both empty');
 
 done_testing();
