@@ -34,6 +34,7 @@ OBJS = \
 	src/job_state.o \
 	src/job_state_sql.o \
 	src/job_sql.o \
+	src/planner_policy.o \
 	src/lane_config.o \
 	src/spi_values.o \
 	src/request.o \

@@ -12,11 +12,11 @@
  * ANALYZE would).  So the statements a sender runs at every round (the
  * claim, the record) are written to have one right plan whatever the
  * sizes: each job found by primary key, the due jobs taken in order from
- * notif_active's due index.  They are planned once, generic, in a session
- * where the planner may use nothing else (notif_sql_planner_settings: no
- * sequential, bitmap, hash or merge plans), so no statistics, stale or
- * fresh, can make a scan of the whole table look cheaper.  (Planning them
- * at each execution instead, with the sizes known, took 8-9% of a
+ * notif_active's due index.  They are planned once, generic, under
+ * planner_policy.c's rules (no sequential, bitmap, hash or merge plans;
+ * the job tables reckoned big whatever their size), so that no statistics,
+ * stale or fresh, can make a walk of a whole table look cheaper.  (Planning
+ * them at each execution instead, with the sizes known, took 8-9% of a
  * sender's CPU in a steady drain: doc/benchmarks.md.)
  *
  *-------------------------------------------------------------------------
@@ -378,6 +378,8 @@ notif_sql_prepare(void)
 	if (ext == plans_extension)
 		return true;			/* an update would have failed the check above */
 
+	notif_planner_policy_tables(nspid);
+
 	for (i = 0; i < N_RECORD_COLUMNS; i++)
 		plans[PLAN_RECORD].argtypes[i] = record_columns[i].arraytype;
 	for (i = 0; i < N_PLANS; i++)
@@ -399,26 +401,6 @@ notif_sql_prepare(void)
 	}
 	plans_extension = ext;
 	return true;
-}
-
-/*
- * A sender's session: the planner may not use sequential, bitmap, hash or
- * merge plans (see the top).  Each is only made costly, so a statement with
- * no other way (a small table without an index) still plans, at a cost
- * above every JIT threshold: so no JIT either, which would load LLVM into
- * the sender (25 MB) to compile a lookup in notif_type.
- */
-void
-notif_sql_planner_settings(void)
-{
-	static const char *const off[] = {
-		"enable_seqscan", "enable_bitmapscan", "enable_hashjoin", "enable_mergejoin",
-		"jit"
-	};
-	int			i;
-
-	for (i = 0; i < (int) lengthof(off); i++)
-		SetConfigOption(off[i], "off", PGC_SUSET, PGC_S_OVERRIDE);
 }
 
 /* Run a plan, with a snapshot of its own (InvalidSnapshot) or the one given. */

@@ -53,7 +53,11 @@ typedef struct NotifResult
 
 extern char *notif_sql_wrong_version;
 extern bool notif_sql_prepare(void);
+
+/* planner_policy.c */
 extern void notif_sql_planner_settings(void);
+extern void notif_planner_policy_tables(Oid nspid);
+
 extern int	notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out);
 
 extern int	notif_sql_claim(const char *kind, NotifDelivery delivery, int limit,

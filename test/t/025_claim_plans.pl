@@ -14,7 +14,11 @@
 #    empty, or after a crash empties notif_active), before a burst: the
 #    claim walked all of notif_active once per claimed job;
 #  - both tables so analyzed (all jobs deleted, or a new install) and the
-#    plans made then, before a burst.
+#    plans made then, before a burst;
+#  - both analyzed with one job in them (a new install's first job) and
+#    the plans made then by a sender that starts: the record of results
+#    walked all of notif_job once per result, and all of notif_active once
+#    per requeued job.
 # Autovacuum is off, so that only the statistics set here are seen.
 use strict;
 use warnings;
@@ -129,5 +133,21 @@ burst(1, 'one');	# the record of results is planned with one job
 $offset = -s $node->logfile;
 burst(10000, 'burst3');
 check_plans($offset, 'both empty');
+
+# 4. Both analyzed with one job in them, a sender started then.
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = true WHERE code = 'bulk'});
+ok(wait_until($node, q{SELECT count(*) = 0 FROM notif_workers() WHERE role = 'sender' AND lane = 'bulk' AND pid IS NOT NULL}), 'the lane\'s sender stops');
+$node->safe_psql('postgres', q{DELETE FROM notif_attempt; DELETE FROM notif_job});
+$node->safe_psql('postgres', q{VACUUM notif_job, notif_active, notif_attempt});
+$node->safe_psql('postgres',
+	q{SELECT notif_enqueue(1, 'bulk', 'first', '{"to": "+84900000001"}')});
+$node->safe_psql('postgres', q{ANALYZE notif_job, notif_active, notif_attempt});
+is($node->safe_psql('postgres', q{SELECT string_agg(relname || ' ' || reltuples, ', ' ORDER BY relname) FROM pg_class WHERE relname IN ('notif_job', 'notif_active')}),
+	'notif_active 1, notif_job 1', 'notif_job and notif_active are analyzed with one job');
+$offset = -s $node->logfile;
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = false WHERE code = 'bulk'});
+ok(wait_until($node, q{SELECT status = 'sent' FROM notif_job WHERE order_id = 'first'}), 'a new sender sends it');
+burst(10000, 'burst4');
+check_plans($offset, 'one job');
 
 done_testing();
