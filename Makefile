@@ -46,6 +46,7 @@ OBJS = \
 	src/push_sql.o \
 	src/token.o \
 	src/http.o \
+	src/http_pools.o \
 	src/http_sockets.o \
 	src/throttle.o \
 	src/workers.o \

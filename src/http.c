@@ -17,23 +17,9 @@
  * instead), and at_most_once requests without a body never reuse a
  * connection.
  *
- * Connection pools: each HTTPS provider has a multi handle of its own (one
- * per provider and lane), which negotiates HTTP/2 (ALPN) and multiplexes
- * its calls over at most max_connections connections
- * (CURLMOPT_MAX_HOST_CONNECTIONS, with CURLOPT_PIPEWAIT so that a call
- * waits for a stream on an open connection rather than opening another).
- * Should the provider answer over HTTP/1.1, that cap would queue calls
- * behind each other, so it is lifted for that pool.  Plain http providers
- * share the plain pools, HTTP/1.1, as many connections as calls: a call
- * goes to the first plain pool with fewer than PLAIN_POOL_CALLS calls in
- * flight, and another is opened when all are full.  One pool would do,
- * but libcurl looks for an idle connection by walking every connection it
- * has to the host, and walks its connection cache again when a transfer is
- * removed: with 512 calls in flight over one pool those walks were a
- * quarter of libcurl's work per call.  A plain pool other than the first
- * closes, with its connections, after notif_deliver.spare_connections_idle
- * without a call (close_spare_pools).  All pools share one epoll set; an
- * event carries its pool's index and the socket.
+ * Each call goes through a connection pool, a libcurl multi handle
+ * (http_pools.c says which, and why there are several); all pools share one
+ * epoll set, and an event carries its pool's index and the socket.
  * Which sockets it watches, and why an idle connection's socket stays in
  * it, is http_sockets.c's.
  *
@@ -51,29 +37,12 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "http_pools.h"
 #include "notif_deliver.h"
 #include "push.h"
 
-#define MAX_HTTPS_POOLS 64			/* HTTPS providers of one lane */
-#define PLAIN_POOL_CALLS 64			/* calls in flight a plain pool takes */
-#define MAX_PLAIN_POOLS 16
-#define MAX_POOLS (MAX_HTTPS_POOLS + MAX_PLAIN_POOLS)
 #define MAX_ANSWER (16 * 1024)
 
-typedef struct HttpPool
-{
-	char		provider[NOTIF_NAME_MAXLEN];	/* "": the plain-http pool */
-	CURLM	   *multi;
-	TimestampTz timer_at;		/* 0: no libcurl timer pending */
-	long		max_connections;	/* 0: no cap */
-	bool		http1_seen;		/* answered over HTTP/1.x: cap lifted */
-	int			calls;			/* transfers in it now */
-	TimestampTz unused_since;	/* calls fell to 0 then; 0: in use, or closed */
-} HttpPool;
-
-static HttpPool pools[MAX_POOLS];
-static int	n_pools = 0;
-static int	n_plain_pools = 0;
 static int	epfd = -1;
 static int	n_inflight = 0;
 static dlist_head inflight_calls = DLIST_STATIC_INIT(inflight_calls);
@@ -114,19 +83,6 @@ put_handle(CURL *easy)
 	}
 	else
 		curl_easy_cleanup(easy);
-}
-
-/* libcurl tells when it next wants to be called without a socket event */
-static int
-timer_cb(CURLM *m, long timeout_ms, void *userp)
-{
-	HttpPool   *pool = (HttpPool *) userp;
-
-	if (timeout_ms < 0)
-		pool->timer_at = 0;
-	else
-		pool->timer_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
-	return 0;
 }
 
 /* at_most_once bodies: read once, never rewound */
@@ -170,169 +126,6 @@ write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 	return n;
 }
 
-/* open pool i: "" for plain http, else an HTTPS provider's; false if it cannot */
-static bool
-open_pool(int i, const char *provider, long max_connections)
-{
-	HttpPool   *pool = &pools[i];
-	CURLM	   *multi = curl_multi_init();
-
-	if (multi == NULL)
-		return false;
-	memset(pool, 0, sizeof(*pool));
-	strlcpy(pool->provider, provider, sizeof(pool->provider));
-	pool->multi = multi;
-	curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, notif_http_socket_cb);
-	curl_multi_setopt(multi, CURLMOPT_SOCKETDATA, (void *) (uintptr_t) i);
-	curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, timer_cb);
-	curl_multi_setopt(multi, CURLMOPT_TIMERDATA, pool);
-	if (provider[0])
-	{
-		/* as many idle keep-alive connections as calls can be in flight */
-		curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) notif_max_inflight);
-		pool->max_connections = max_connections;
-		curl_multi_setopt(multi, CURLMOPT_PIPELINING, (long) CURLPIPE_MULTIPLEX);
-		curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, max_connections);
-	}
-	else
-	{
-		/*
-		 * Idle connections for its calls, with room to spare for a lane's
-		 * several plain providers (in-use and idle ones count alike), or
-		 * its share of max_inflight past 2,048 calls.  Unused, it closes
-		 * (close_spare_pools), so "never used" counts from now.
-		 */
-		curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS,
-						  (long) Max(2 * PLAIN_POOL_CALLS,
-									 (notif_max_inflight + MAX_PLAIN_POOLS - 1) / MAX_PLAIN_POOLS));
-		pool->unused_since = GetCurrentTimestamp();
-	}
-	return true;
-}
-
-static HttpPool *
-new_pool(const char *provider, long max_connections)
-{
-	if (n_pools >= MAX_POOLS || !open_pool(n_pools, provider, max_connections))
-		return NULL;
-	if (!provider[0])
-		n_plain_pools++;
-	return &pools[n_pools++];
-}
-
-/*
- * The plain pool for a call: the first open one with room, else a closed
- * one opened again, else a new one, else the least busy.
- */
-static HttpPool *
-plain_pool(void)
-{
-	HttpPool   *least = NULL;
-	int			closed = -1;
-	int			i;
-
-	for (i = 0; i < n_pools; i++)
-	{
-		HttpPool   *pool = &pools[i];
-
-		if (pool->provider[0] != '\0')
-			continue;
-		if (pool->multi == NULL)
-		{
-			if (closed < 0)
-				closed = i;
-			continue;
-		}
-		if (pool->calls < PLAIN_POOL_CALLS)
-			return pool;
-		if (least == NULL || pool->calls < least->calls)
-			least = pool;
-	}
-	if (closed >= 0 && open_pool(closed, "", 0))
-		return &pools[closed];
-	if (n_plain_pools < MAX_PLAIN_POOLS)
-	{
-		HttpPool   *pool = new_pool("", 0);
-
-		if (pool)
-			return pool;
-	}
-	return least;
-}
-
-/*
- * Close the spare plain pools (all but the first) unused for
- * notif_deliver.spare_connections_idle, with their connections.  libcurl
- * looks after a pool's idle connections (closes those the provider closed,
- * or idle too long) only when the pool starts a call, and calls go to the
- * first pools: after a peak, the connections of a pool no longer used would
- * stay, dead or alive, for the sender's life.  spare_close_at() says when
- * the next is due (the sender's wait ends then).
- */
-static TimestampTz
-spare_close_at(HttpPool *pool)
-{
-	if (pool == &pools[0] || pool->provider[0] != '\0' || pool->multi == NULL ||
-		pool->calls > 0 || pool->unused_since == 0)
-		return 0;				/* the first plain pool stays open */
-	return TimestampTzPlusMilliseconds(pool->unused_since, notif_spare_connections_idle_ms);
-}
-
-static void
-close_spare_pools(TimestampTz now)
-{
-	int			i;
-
-	for (i = 0; i < n_pools; i++)
-	{
-		HttpPool   *pool = &pools[i];
-		TimestampTz close_at = spare_close_at(pool);
-
-		if (close_at != 0 && now >= close_at)
-		{
-			curl_multi_cleanup(pool->multi);	/* its sockets leave the epoll set */
-			pool->multi = NULL;
-			pool->timer_at = 0;
-			pool->unused_since = 0;
-		}
-	}
-}
-
-/* The pool of a call: its provider's if it is HTTPS (and there is room). */
-static HttpPool *
-pool_of(NotifCall *call)
-{
-	bool		https = pg_strncasecmp(call->url, "https://", 8) == 0;
-	int			i;
-
-	if (https && call->provider && call->provider[0])
-	{
-		for (i = 0; i < n_pools; i++)
-			if (strcmp(pools[i].provider, call->provider) == 0)
-			{
-				HttpPool   *pool = &pools[i];
-
-				/* max_connections changed (the cap stays lifted over HTTP/1.1) */
-				if (pool->max_connections != call->max_connections)
-				{
-					pool->max_connections = call->max_connections;
-					if (!pool->http1_seen)
-						curl_multi_setopt(pool->multi, CURLMOPT_MAX_HOST_CONNECTIONS,
-										  (long) call->max_connections);
-				}
-				return pool;
-			}
-		if (n_pools - n_plain_pools < MAX_HTTPS_POOLS && n_pools < MAX_POOLS)
-		{
-			HttpPool   *pool = new_pool(call->provider, call->max_connections);
-
-			if (pool)
-				return pool;
-		}
-	}
-	return plain_pool();
-}
-
 void
 notif_http_init(void)
 {
@@ -342,7 +135,7 @@ notif_http_init(void)
 	if (epfd < 0)
 		elog(ERROR, "epoll_create1 failed: %m");
 	notif_http_sockets_init(epfd);
-	if (new_pool("", 0) == NULL)
+	if (!notif_pools_init())
 		elog(ERROR, "curl_multi_init failed");
 }
 
@@ -362,25 +155,15 @@ notif_http_inflight(void)
 long
 notif_http_timeout_ms(void)
 {
+	TimestampTz next_at = notif_pools_next_at();
 	TimestampTz now;
-	TimestampTz timer_at = 0;
-	int			i;
 
-	for (i = 0; i < n_pools; i++)
-	{
-		TimestampTz close_at = spare_close_at(&pools[i]);
-
-		if (pools[i].timer_at != 0 && (timer_at == 0 || pools[i].timer_at < timer_at))
-			timer_at = pools[i].timer_at;
-		if (close_at != 0 && (timer_at == 0 || close_at < timer_at))
-			timer_at = close_at;
-	}
-	if (timer_at == 0)
+	if (next_at == 0)
 		return -1;
 	now = GetCurrentTimestamp();
-	if (now >= timer_at)
+	if (now >= next_at)
 		return 0;
-	return (long) ((timer_at - now + 999) / 1000);
+	return (long) ((next_at - now + 999) / 1000);
 }
 
 /*
@@ -391,11 +174,10 @@ notif_http_timeout_ms(void)
 static void
 leave_pool(NotifCall *call, TimestampTz when)
 {
-	HttpPool   *pool = &pools[call->pool];
+	HttpPool   *pool = notif_pool(call->pool);
 
 	curl_multi_remove_handle(pool->multi, call->easy);
-	if (--pool->calls == 0)
-		pool->unused_since = when;
+	notif_pool_leave(pool, when);
 	put_handle(call->easy);
 	call->easy = NULL;
 	notif_free_request(call);
@@ -424,15 +206,9 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 	else if (call->outcome != OUTCOME_ACCEPTED && call->answer == NULL)
 		call->error = MemoryContextStrdup(call->cxt, call->response);
 
-	/* an HTTPS provider without HTTP/2: its calls need connections */
-	if (pool->max_connections > 0 && !pool->http1_seen && call->on_done == NULL &&
-		call->http_status != 0 &&
-		call->http_version != CURL_HTTP_VERSION_2_0 &&
-		call->http_version != CURL_HTTP_VERSION_NONE)
-	{
-		pool->http1_seen = true;
-		curl_multi_setopt(pool->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
-	}
+	/* the HTTP version a provider answers a job's call over */
+	if (call->on_done == NULL && call->http_status != 0)
+		notif_pool_answered(pool, call->http_version);
 
 	leave_pool(call, call->ended_at);
 	dlist_delete(&call->node);
@@ -486,6 +262,7 @@ collect_done(HttpPool *pool)
 void
 notif_http_drive(bool sockets_ready)
 {
+	HttpPool   *pool;
 	int			running;
 	int			i;
 	TimestampTz now;
@@ -511,23 +288,23 @@ notif_http_drive(bool sockets_ready)
 					flags |= CURL_CSELECT_OUT;
 				if (evs[i].events & EPOLLERR)
 					flags |= CURL_CSELECT_ERR;
-				if (pools[evs[i].data.u64 >> 32].multi == NULL)
+				pool = notif_pool((int) (evs[i].data.u64 >> 32));
+				if (pool->multi == NULL)
 				{
 					/* its pool closed (none should be left): never spin on it */
 					notif_http_socket_drop(fd);
 					continue;
 				}
-				curl_multi_socket_action(pools[evs[i].data.u64 >> 32].multi, fd,
-										 flags, &running);
+				curl_multi_socket_action(pool->multi, fd, flags, &running);
 			}
 			if (n < (int) lengthof(evs))
 				break;
 		}
 	}
 	now = GetCurrentTimestamp();
-	for (i = 0; i < n_pools; i++)
+	for (i = 0; i < notif_pools_count(); i++)
 	{
-		HttpPool   *pool = &pools[i];
+		pool = notif_pool(i);
 
 		if (pool->multi == NULL)
 			continue;			/* a spare pool, closed */
@@ -538,7 +315,7 @@ notif_http_drive(bool sockets_ready)
 		}
 		collect_done(pool);
 	}
-	close_spare_pools(now);
+	notif_pools_close_spare(now);
 }
 
 /*
@@ -550,7 +327,7 @@ static bool
 start(NotifCall *call)
 {
 	CURL	   *easy = get_handle();
-	HttpPool   *pool = pool_of(call);
+	HttpPool   *pool = notif_pool_for(call);
 
 	if (easy == NULL)
 	{
@@ -632,9 +409,8 @@ start(NotifCall *call)
 		call->error = "could not start the call: curl_multi_add_handle failed";
 		return false;
 	}
-	call->pool = pool - pools;
-	pool->calls++;
-	pool->unused_since = 0;
+	call->pool = pool->index;
+	notif_pool_enter(pool);
 	dlist_push_tail(&inflight_calls, &call->node);
 	/* libcurl now asks for a 0 ms timer: the next notif_http_drive() starts it */
 	return true;
