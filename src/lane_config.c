@@ -85,7 +85,7 @@ notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out)
 			t->provider.credentials = DatumGetJsonbPCopy(d);
 			MemoryContextSwitchTo(old);
 		}
-		t->provider.max_connections = notif_sender_share(spi_col_int(i, 19), notif_senders_per_lane);
+		t->provider.max_connections = spi_col_int(i, 19);	/* the lane's: shared by the reader */
 		t->provider.ca_cert = spi_col_text(i, 20, cxt);
 	}
 	*out = types;

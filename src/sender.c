@@ -261,14 +261,10 @@ notif_sender_main(Datum arg)
 			sender_shutdown();
 		if (ConfigReloadPending)
 		{
-			int			senders = notif_senders_per_lane;
-
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			sender.claim_at = 0;
 			woken = true;
-			if (notif_senders_per_lane != senders)
-				sender.config_stale = true; /* max_connections is shared out anew */
 		}
 		if (pg_atomic_read_u64(&notif_shared->config_generation) != sender.config_generation)
 			sender.config_stale = true;

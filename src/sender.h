@@ -86,6 +86,7 @@ typedef struct NotifSender
 
 	/* the lane's running senders, itself included, counted at each round */
 	int			lane_senders;
+	int			config_senders; /* lane_senders the configuration was shared for */
 
 	/* jobs left in flight by stopped senders are looked for (at start, after a reload) */
 	bool		need_recovery;

@@ -76,9 +76,18 @@ reload_config(void)
 	}
 	PG_END_TRY();
 
-	/* attach to the providers' throttles before letting go of the old ones */
+	/*
+	 * Attach to the providers' throttles before letting go of the old ones.
+	 * A provider's max_connections is the lane's: this sender takes its
+	 * share among the lane's running senders, read again when they change.
+	 */
 	for (i = 0; i < n; i++)
+	{
 		fresh[i].provider.throttle = notif_throttle_attach(fresh[i].provider.name, sender.slot);
+		fresh[i].provider.max_connections =
+			notif_sender_share(fresh[i].provider.max_connections, sender.lane_senders);
+	}
+	sender.config_senders = sender.lane_senders;
 	if (sender.config_cxt)
 		free_config(sender.config_cxt, sender.types, sender.n_types);
 	sender.config_cxt = cxt;
@@ -441,6 +450,8 @@ sender_round(bool want_claim)
 
 	installed = notif_sql_prepare();
 	sender.lane_senders = notif_lane_senders(sender.lane);
+	if (sender.lane_senders != sender.config_senders)
+		sender.config_stale = true; /* max_connections is shared out anew */
 	if (installed)
 	{
 		if (sender.config_stale)
