@@ -1100,6 +1100,35 @@ INSERT INTO notif_active_built VALUES (now());
 
 
 /* ---------------------------------------------------------------------
+ * Lanes
+ * --------------------------------------------------------------------- */
+
+/*
+ * How many senders a lane has, where it is not notif_deliver.senders_per_lane.
+ * A lane is named by its types (notif_type.lane); a row for a lane that no
+ * running type names does nothing.  The launcher reads it at each round
+ * (at once when a change here commits, else within a second): raising a
+ * lane's count starts senders, lowering it retires the extra ones (each
+ * claims no more, lets its calls end, records them and exits).
+ */
+CREATE TABLE notif_lane (
+    lane text PRIMARY KEY
+        CONSTRAINT notif_lane_lane_check CHECK (lane ~ '^[^[:space:][:cntrl:]]{1,63}$'),
+    senders int NOT NULL
+        CONSTRAINT notif_lane_senders_check CHECK (senders BETWEEN 1 AND 16)
+);
+
+COMMENT ON TABLE notif_lane IS 'lanes whose sender count is not notif_deliver.senders_per_lane';
+COMMENT ON COLUMN notif_lane.senders IS 'sender processes for the lane (1 to 16); each takes a notif_deliver.max_lanes slot';
+
+SELECT pg_catalog.pg_extension_config_dump('notif_lane', '');
+
+CREATE TRIGGER notif_lane_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON notif_lane
+    FOR EACH STATEMENT EXECUTE FUNCTION notif_config_changed();
+
+
+/* ---------------------------------------------------------------------
  * Last: the 1.2 library waits for this update; wake it when it commits.
  * --------------------------------------------------------------------- */
 SELECT notif_wake_launcher();

@@ -6,7 +6,7 @@ SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod) AS t
   JOIN pg_class c ON c.oid = a.attrelid
   LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
  WHERE c.relname IN ('notif_provider', 'notif_type', 'notif_job', 'notif_attempt', 'notif_dlr', 'notif_shard',
-                     'notif_active', 'notif_active_built')
+                     'notif_active', 'notif_active_built', 'notif_lane')
    AND a.attnum > 0 AND NOT a.attisdropped
  ORDER BY c.relname, a.attnum;
 
@@ -18,7 +18,7 @@ SELECT conrelid::regclass AS tab, conname, pg_get_constraintdef(oid) AS def
   FROM pg_constraint
  WHERE conrelid IN ('notif_provider'::regclass, 'notif_type'::regclass,
                     'notif_job'::regclass, 'notif_attempt'::regclass, 'notif_dlr'::regclass,
-                    'notif_shard'::regclass, 'notif_active'::regclass)
+                    'notif_shard'::regclass, 'notif_active'::regclass, 'notif_lane'::regclass)
  ORDER BY 1::text, 2;
 
 -- indexes: none on a column a status change writes (its updates are
@@ -53,6 +53,12 @@ SELECT try($$INSERT INTO notif_type (code, delivery, max_tries, retention) VALUE
 SELECT try($$INSERT INTO notif_type (code, delivery, max_tries, cost_lost) VALUES ('t1', 'at_most_once', 1, -1)$$);
 SELECT try($$INSERT INTO notif_type (code, delivery, max_tries, cost_dup) VALUES ('t1', 'at_most_once', 1, -1)$$);
 SELECT count(*) AS types_written FROM notif_type WHERE code = 't1';
+
+SELECT try($$INSERT INTO notif_lane VALUES ('bulk', 0)$$);
+SELECT try($$INSERT INTO notif_lane VALUES ('bulk', 17)$$);
+SELECT try($$INSERT INTO notif_lane VALUES ('bulk', NULL)$$);
+SELECT try($$INSERT INTO notif_lane VALUES ('a b', 2)$$);
+SELECT count(*) AS lanes_written FROM notif_lane;
 
 SELECT try($$INSERT INTO notif_provider (name, format) VALUES ('p1', 'xml')$$);
 SELECT try($$INSERT INTO notif_provider (name, url) VALUES ('p1', 'ftp://example.com/x')$$);

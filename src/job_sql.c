@@ -280,9 +280,12 @@ static const char *const sql_build_active =
 "SELECT CASE WHEN NOT EXISTS (SELECT FROM %s.notif_active_built)"
 "            THEN %s.notif_active_rebuild() END";
 
-/* the lanes that need a sender */
+/* the lanes that need a sender, with their notif_lane.senders (NULL: the setting's) */
 static const char *const sql_lanes =
-"SELECT DISTINCT lane FROM %s.notif_type WHERE NOT paused ORDER BY lane";
+"SELECT t.lane, l.senders"
+"  FROM (SELECT DISTINCT lane FROM %s.notif_type WHERE NOT paused) t"
+"  LEFT JOIN %s.notif_lane l ON l.lane = t.lane"
+" ORDER BY t.lane";
 
 /*
  * Delete finished jobs past their type's retention, a bounded batch, with
@@ -603,16 +606,26 @@ notif_sql_next_due(const char *kind)
 }
 
 int
-notif_sql_lanes(MemoryContext cxt, char ***out)
+notif_sql_lanes(MemoryContext cxt, char ***out, int **senders)
 {
 	char	  **lanes;
+	int		   *counts;
 	int			i;
 
 	run(PLAN_LANES, NULL, NULL, true, SPI_OK_SELECT);
 	lanes = MemoryContextAlloc(cxt, sizeof(char *) * Max(SPI_processed, 1));
+	counts = MemoryContextAlloc(cxt, sizeof(int) * Max(SPI_processed, 1));
 	for (i = 0; i < (int) SPI_processed; i++)
+	{
+		bool		isnull;
+		Datum		d;
+
 		lanes[i] = spi_col_text(i, 1, cxt);
+		d = spi_col(i, 2, &isnull);
+		counts[i] = isnull ? 0 : DatumGetInt32(d);
+	}
 	*out = lanes;
+	*senders = counts;
 	return (int) SPI_processed;
 }
 

@@ -2,16 +2,17 @@
  *
  * launcher.c
  *      The launcher: one background worker, started by the postmaster, that
- *      keeps notif_deliver.senders_per_lane sender processes per lane of
- *      the non-paused types running, and deletes finished jobs past their
+ *      keeps the sender processes of each lane of the non-paused types
+ *      running (notif_lane.senders of them, else
+ *      notif_deliver.senders_per_lane), and deletes finished jobs past their
  *      retention.
  *
- * It waits on its latch, set when a change to notif_type or notif_provider
- * commits (wake.c) and when a sender it started stops; and it looks once a
- * second whether the extension was created or dropped (a catalog lookup, no
- * query).  It starts the senders of a new lane, stops those of a lane that
- * went away (or past a lowered senders_per_lane), and starts again a sender
- * that stopped.  Senders are independent processes: an error in one lane
+ * It waits on its latch, set when a change to notif_type, notif_provider
+ * or notif_lane commits (wake.c) and when a sender it started stops; and it
+ * looks once a second whether the extension was created or dropped (a
+ * catalog lookup, no query).  It starts the senders of a new lane, stops
+ * those of a lane that went away (or past a lowered count), and starts
+ * again a sender that stopped.  Senders are independent processes: an error in one lane
  * never stops another.  A lane's senders each take a slot of their own,
  * with its own incarnation; they claim the lane's due jobs side by side
  * (a claim skips the rows another holds).
@@ -127,7 +128,7 @@ start_sender(int slotno)
 					(errmsg("notif_deliver: could not start a sender of lane \"%s\": no background worker slot",
 							slot->lane),
 					 errdetail("Its jobs wait; the launcher tries again every second."),
-					 errhint("Raise max_worker_processes: it must cover the launcher, notif_deliver.senders_per_lane senders per lane, and the server's other background workers.")));
+					 errhint("Raise max_worker_processes: it must cover the launcher, each lane's senders (notif_lane.senders, else notif_deliver.senders_per_lane), and the server's other background workers.")));
 		workers[slotno].start_failed = true;
 		workers[slotno].handle = NULL;
 		return false;
@@ -195,7 +196,7 @@ stop_sender(int slotno, bool retire)
 
 /*
  * Make the running senders match the wanted lanes, one entry of lanes per
- * sender (a lane appears senders_per_lane times).  A slot is freed only
+ * sender (a lane appears once per sender it wants).  A slot is freed only
  * once its sender has stopped, so a lane never has more senders than it
  * wants, plus those still stopping.  A freed slot's sender may have left
  * jobs held (its last round failed): the configuration generation moves
@@ -275,7 +276,7 @@ reconcile(char **lanes, int n_lanes)
 			ereport(WARNING,
 					(errmsg("notif_deliver: lane \"%s\" lacks a sender: more than %d senders",
 							lanes[j], notif_max_lanes),
-					 errdetail("A lane takes notif_deliver.senders_per_lane (%d) of the notif_deliver.max_lanes sender slots.",
+					 errdetail("A lane takes its notif_lane.senders, or else notif_deliver.senders_per_lane (%d), of the notif_deliver.max_lanes sender slots.",
 							   notif_senders_per_lane),
 					 errhint("Raise notif_deliver.max_lanes (and max_worker_processes).")));
 			continue;
@@ -299,25 +300,37 @@ reconcile(char **lanes, int n_lanes)
 }
 
 /*
- * Each of the n_lanes lanes, senders_per_lane times over (in cxt): every
- * lane once, then every lane again, so that when the slots run out every
- * lane has a sender before any has a second.
+ * Each of the n_lanes lanes as many times over as it has senders (in
+ * cxt): its notif_lane.senders, else notif_deliver.senders_per_lane.  Every
+ * lane once, then every lane with more again, so that when the slots run
+ * out every lane has a sender before any has a second.
  */
 static int
-senders_wanted(int n_lanes, char ***lanes, MemoryContext cxt)
+senders_wanted(int n_lanes, char ***lanes, const int *senders, MemoryContext cxt)
 {
 	char	  **each;
-	int			i,
+	int			most = 0,
+				total = 0,
+				n = 0,
+				i,
 				k;
 
-	if (notif_senders_per_lane <= 1 || n_lanes == 0)
-		return n_lanes;
-	each = MemoryContextAlloc(cxt, sizeof(char *) * n_lanes * notif_senders_per_lane);
-	for (k = 0; k < notif_senders_per_lane; k++)
+	for (i = 0; i < n_lanes; i++)
+	{
+		int			s = senders[i] > 0 ? senders[i] : notif_senders_per_lane;
+
+		most = Max(most, s);
+		total += s;
+	}
+	if (total == n_lanes)
+		return n_lanes;			/* one each */
+	each = MemoryContextAlloc(cxt, sizeof(char *) * total);
+	for (k = 0; k < most; k++)
 		for (i = 0; i < n_lanes; i++)
-			each[k * n_lanes + i] = (*lanes)[i];
+			if (k < (senders[i] > 0 ? senders[i] : notif_senders_per_lane))
+				each[n++] = (*lanes)[i];
 	*lanes = each;
-	return n_lanes * notif_senders_per_lane;
+	return n;
 }
 
 /* Read the wanted lanes and reconcile; delete a purge batch when due. */
@@ -341,6 +354,7 @@ launcher_round(MemoryContext round_cxt, bool purge)
 	else if (notif_sql_prepare())
 	{
 		int64		built;
+		int		   *senders;
 
 		state = WORKER_IDLE;
 
@@ -366,7 +380,8 @@ launcher_round(MemoryContext round_cxt, bool purge)
 		 */
 		notif_raise_incarnation(notif_sql_max_holder());
 		notif_raise_incarnation(notif_incarnation_floor());
-		n_lanes = senders_wanted(notif_sql_lanes(round_cxt, &lanes), &lanes, round_cxt);
+		n_lanes = notif_sql_lanes(round_cxt, &lanes, &senders);
+		n_lanes = senders_wanted(n_lanes, &lanes, senders, round_cxt);
 		if (purge)
 		{
 			pgstat_report_activity(STATE_RUNNING, "purging finished jobs");

@@ -1,5 +1,5 @@
 # 024_lane_senders.pl: a lane served by several senders
-# (notif_deliver.senders_per_lane).  Each is a process with its own slot
+# (notif_deliver.senders_per_lane, or the lane's row in notif_lane).  Each is a process with its own slot
 # and incarnation; they claim the lane's due jobs side by side, each job
 # once; the lane's max_inflight is shared out between them; a sender that
 # starts beside a busy one leaves that one's calls alone (its recovery takes
@@ -169,5 +169,25 @@ enqueue('d', 50);
 ok(wait_until($node, q{SELECT count(*) = 50 FROM notif_job WHERE order_id LIKE 'd-%' AND status = 'sent'}),
 	'the remaining sender sends on');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM notif_active}), '0', 'nothing is left held or queued');
+
+# --- a lane's own count (notif_lane), over the setting (1 now) ---
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, lane) VALUES ('otp', 'at_least_once', 3, 'otp')});
+ok(wait_until($node, q{SELECT count(*) = 1 FROM notif_workers() WHERE role = 'sender' AND lane = 'otp' AND pid IS NOT NULL}),
+	'lane otp has its sender');
+(my $doc_lane = doc_sql('doc/guide.md', 'lane-senders')) =~ s/'promo'/'bulk'/ or die;
+$node->safe_psql('postgres', $doc_lane);
+ok(senders_running(2), 'notif_lane, as guide.md shows it: lane bulk has the 2 senders its row says, while the setting is 1');
+enqueue('l', 200);
+ok(wait_until($node, q{SELECT count(*) = 200 FROM notif_job WHERE order_id LIKE 'l-%' AND status = 'sent'}),
+	'they send a burst');
+($keys, $twice) = received('l');
+is("$keys $twice", '200 0', 'the provider received each job of it once');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM notif_workers() WHERE role = 'sender' AND lane = 'otp'}),
+	'1', 'lane otp, without a row, keeps the setting\'s one sender');
+$node->safe_psql('postgres', q{DELETE FROM notif_lane WHERE lane = 'bulk'});
+ok(senders_running(1), 'the row deleted: lane bulk is back to the setting\'s one sender');
+@retired = (slurp_file($node->logfile) =~ /sender of lane "bulk" retired, its calls ended and recorded/g);
+is(scalar(@retired), 3, 'its extra sender retired');
 
 done_testing();
