@@ -29,7 +29,6 @@
 #include "lib/stringinfo.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -78,13 +77,13 @@ static const char *const sql_lane_types =
  * job's status is a subquery, one primary-key probe per row), and every
  * other step names its rows by primary key, = ANY of the array of the step
  * before; there is no join.  Each join there was (with "due" and with
- * "claimed") could be planned the wrong way round: the whole table walked
- * once per claimed job, when the plan was made with the table empty (an
- * idle sender claims at each poll_interval, and plans again after an
- * ANALYZE): 1.7 s for a claim of 200 with 50,000 jobs queued.  And as one
- * join of notif_active and notif_job, the planner could drive "work" from
- * notif_job's primary key, read every job and sort: 335 ms instead of 2
- * (doc/benchmarks.md).
+ * "claimed") could be planned the wrong way round: the whole table read,
+ * each row matched against every claimed job, when the plan was made with
+ * the table empty (an idle sender claims at each poll_interval, and plans
+ * again after an ANALYZE): 1.7 s for a claim of 200 with 50,000 jobs
+ * queued.  And as one join of notif_active and notif_job, the planner
+ * could drive "work" from notif_job's primary key, read every job and
+ * sort: 335 ms instead of 2 (doc/benchmarks.md).
  */
 static const char *const sql_claim =
 "WITH work AS MATERIALIZED ("
@@ -183,9 +182,10 @@ static const RecordColumn record_columns[N_RECORD_COLUMNS] = {RECORD_COLUMNS(AS_
  * over the results, a primary-key probe each.  The work rows of jobs that
  * leave are named by key, = ANY of an array, as in the claim; the two
  * joins left (each result with its job, each requeued job with its work
- * row) carry a value per row, and kept the plan above under every
- * statistics test/t/025_claim_plans.pl sets, including those that turned
- * the claim's joins round.
+ * row) carry a value per row.  Planned when notif_job had been analyzed
+ * with one row, they were walks of the table with the results matched
+ * against each row; planner_policy.c's floor on the tables' size is what
+ * keeps them probes (test/t/025_claim_plans.pl).
  */
 static const char *const sql_record =
 " upd AS ("
@@ -368,6 +368,7 @@ notif_sql_prepare(void)
 	if (!OidIsValid(ext))
 	{
 		plans_extension = InvalidOid;
+		notif_planner_policy_tables(InvalidOid);
 		return false;
 	}
 	nspid = notif_extension_schema(ext, &version);
@@ -376,6 +377,7 @@ notif_sql_prepare(void)
 		notif_sql_wrong_version = MemoryContextStrdup(TopMemoryContext,
 													  version ? version : "?");
 		plans_extension = InvalidOid;
+		notif_planner_policy_tables(InvalidOid);
 		return false;
 	}
 	if (ext == plans_extension)

@@ -17,16 +17,16 @@
  *    table was empty, or analyzed with one row (a new install's first
  *    job), otherwise takes a walk of that table for as cheap as a probe:
  *    the record of results, a join of the round's results with their
- *    jobs, was planned as a walk of all of notif_job once per result, and
- *    kept so through a burst of 10,000 jobs (test/t/025_claim_plans.pl).
- *    With the floor, a walk always costs more than a probe per row of the
- *    round.  Where the tables are really that small, any plan is fast.
+ *    jobs, was planned as a walk of all of notif_job with each job matched
+ *    against every result, and kept so through a burst of 10,000 jobs
+ *    (test/t/025_claim_plans.pl).  With the floor, a walk always costs
+ *    more than a probe per row of the round.  Where the tables are really
+ *    that small, any plan is fast.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include "catalog/namespace.h"
 #include "nodes/pathnodes.h"
 #include "optimizer/plancat.h"
 #include "utils/guc.h"
@@ -41,22 +41,30 @@ static get_relation_info_hook_type prev_get_relation_info = NULL;
 static bool hook_installed = false;
 static Oid	floored[2] = {InvalidOid, InvalidOid};	/* notif_job, notif_active */
 
-/* The tables whose size is floored, in the extension's schema. */
+/*
+ * The tables whose size is floored, in the extension's schema; none for
+ * InvalidOid (no extension, or another version).
+ */
 void
 notif_planner_policy_tables(Oid nspid)
 {
-	floored[0] = get_relname_relid("notif_job", nspid);
-	floored[1] = get_relname_relid("notif_active", nspid);
+	floored[0] = OidIsValid(nspid) ? get_relname_relid("notif_job", nspid) : InvalidOid;
+	floored[1] = OidIsValid(nspid) ? get_relname_relid("notif_active", nspid) : InvalidOid;
 }
 
+/*
+ * get_relation_info_hook: a floored table's size, and its indexes', raised
+ * to the floor (in PostgreSQL 15 an index's tuples are copied from its
+ * table's before the hook runs).
+ */
 static void
-floor_size(PlannerInfo *root, Oid relid, bool inhparent, RelOptInfo *rel)
+notif_get_relation_info(PlannerInfo *root, Oid relid, bool inhparent, RelOptInfo *rel)
 {
 	ListCell   *lc;
 
 	if (prev_get_relation_info)
 		prev_get_relation_info(root, relid, inhparent, rel);
-	if (!OidIsValid(relid) || (relid != floored[0] && relid != floored[1]))
+	if (relid != floored[0] && relid != floored[1])
 		return;
 
 	rel->tuples = Max(rel->tuples, PLAN_MIN_ROWS);
@@ -93,7 +101,7 @@ notif_sql_planner_settings(void)
 	if (!hook_installed)
 	{
 		prev_get_relation_info = get_relation_info_hook;
-		get_relation_info_hook = floor_size;
+		get_relation_info_hook = notif_get_relation_info;
 		hook_installed = true;
 	}
 }
