@@ -1106,14 +1106,16 @@ INSERT INTO notif_active_built VALUES (now());
 /*
  * How many senders a lane has, where it is not notif_deliver.senders_per_lane.
  * A lane is named by its types (notif_type.lane); a row for a lane that no
- * running type names does nothing.  The launcher reads it at each round
- * (at once when a change here commits, else within a second): raising a
- * lane's count starts senders, lowering it retires the extra ones (each
- * claims no more, lets its calls end, records them and exits).
+ * non-paused type names does nothing.  The launcher reads it when a change
+ * here commits (and at each of its rounds): raising a lane's count starts
+ * senders, lowering it retires the extra ones (each claims no more, lets
+ * its calls end, records them and exits).  Each sender takes one of the
+ * notif_deliver.max_lanes slots; every lane gets one before any gets a
+ * second.
  */
 CREATE TABLE notif_lane (
     lane text PRIMARY KEY
-        CONSTRAINT notif_lane_lane_check CHECK (lane ~ '^[^[:space:][:cntrl:]]{1,63}$'),
+        CONSTRAINT notif_lane_lane_check CHECK (lane ~ '^[^[:space:][:cntrl:]]{1,63}$' AND octet_length(lane) <= 63),
     senders int NOT NULL
         CONSTRAINT notif_lane_senders_check CHECK (senders BETWEEN 1 AND 16)
 );
@@ -1126,6 +1128,16 @@ SELECT pg_catalog.pg_extension_config_dump('notif_lane', '');
 CREATE TRIGGER notif_lane_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON notif_lane
     FOR EACH STATEMENT EXECUTE FUNCTION notif_config_changed();
+
+-- A lane's and a provider's name are kept in shared memory in 64 bytes: at
+-- most 63 bytes, whatever the characters (63 characters of more than one
+-- byte each were cut there, and the launcher restarted their senders).
+ALTER TABLE notif_type DROP CONSTRAINT notif_type_lane_check,
+    ADD CONSTRAINT notif_type_lane_check
+        CHECK (lane ~ '^[^[:space:][:cntrl:]]{1,63}$' AND octet_length(lane) <= 63);
+ALTER TABLE notif_provider DROP CONSTRAINT notif_provider_name_check,
+    ADD CONSTRAINT notif_provider_name_check
+        CHECK (name ~ '^[^[:cntrl:]]{1,63}$' AND octet_length(name) <= 63);
 
 
 /* ---------------------------------------------------------------------

@@ -29,6 +29,7 @@ SELECT * FROM notif_provider;
 SELECT count(*) FROM notif_job;
 UPDATE notif_type SET max_tries = 100 WHERE code = 'otp';
 INSERT INTO notif_type VALUES ('mine', 'at_least_once', 9, NULL);
+INSERT INTO notif_lane VALUES ('otp', 16);
 INSERT INTO notif_job (user_id, kind, order_id, payload, next_at) VALUES (5000, 'otp', 'direct', '{}', now());
 SET notif_deliver.max_payload_size = '1MB';
 RESET ROLE;

@@ -58,6 +58,10 @@ SELECT try($$INSERT INTO notif_lane VALUES ('bulk', 0)$$);
 SELECT try($$INSERT INTO notif_lane VALUES ('bulk', 17)$$);
 SELECT try($$INSERT INTO notif_lane VALUES ('bulk', NULL)$$);
 SELECT try($$INSERT INTO notif_lane VALUES ('a b', 2)$$);
+-- names are kept in shared memory in 64 bytes: 63 at most
+SELECT try($$INSERT INTO notif_lane VALUES (repeat('é', 32), 2)$$);
+SELECT try($$INSERT INTO notif_type (code, delivery, max_tries, lane) VALUES ('t1', 'at_most_once', 1, repeat('é', 32))$$);
+SELECT try($$INSERT INTO notif_provider (name) VALUES (repeat('é', 32))$$);
 SELECT count(*) AS lanes_written FROM notif_lane;
 
 SELECT try($$INSERT INTO notif_provider (name, format) VALUES ('p1', 'xml')$$);

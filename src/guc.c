@@ -120,7 +120,7 @@ notif_define_gucs(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("notif_deliver.max_lanes",
-							"Most sender processes at once: lanes times senders_per_lane.",
+							"Most sender processes at once: the senders of all lanes.",
 							NULL,
 							&notif_max_lanes,
 							16, 1, NOTIF_MAX_LANES_LIMIT,

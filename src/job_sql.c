@@ -619,12 +619,8 @@ notif_sql_lanes(MemoryContext cxt, char ***out, int **senders)
 	counts = MemoryContextAlloc(cxt, sizeof(int) * Max(SPI_processed, 1));
 	for (i = 0; i < (int) SPI_processed; i++)
 	{
-		bool		isnull;
-		Datum		d;
-
 		lanes[i] = spi_col_text(i, 1, cxt);
-		d = spi_col(i, 2, &isnull);
-		counts[i] = isnull ? 0 : DatumGetInt32(d);
+		counts[i] = (int) spi_col_int(i, 2);	/* NULL: 0 */
 	}
 	*out = lanes;
 	*senders = counts;

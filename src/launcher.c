@@ -12,10 +12,10 @@
  * looks once a second whether the extension was created or dropped (a
  * catalog lookup, no query).  It starts the senders of a new lane, stops
  * those of a lane that went away (or past a lowered count), and starts
- * again a sender that stopped.  Senders are independent processes: an error in one lane
- * never stops another.  A lane's senders each take a slot of their own,
- * with its own incarnation; they claim the lane's due jobs side by side
- * (a claim skips the rows another holds).
+ * again a sender that stopped.  Senders are independent processes: an
+ * error in one lane never stops another.  A lane's senders each take a
+ * slot of their own, with its own incarnation; they claim the lane's due
+ * jobs side by side (a claim skips the rows another holds).
  *
  * Until the extension exists in notif_deliver.database it waits quietly;
  * while it exists at an older version than this library's, it warns once
@@ -196,11 +196,15 @@ stop_sender(int slotno, bool retire)
 
 /*
  * Make the running senders match the wanted lanes, one entry of lanes per
- * sender (a lane appears once per sender it wants).  A slot is freed only
- * once its sender has stopped, so a lane never has more senders than it
- * wants, plus those still stopping.  A freed slot's sender may have left
- * jobs held (its last round failed): the configuration generation moves
- * on, so that the other senders read it again and recover them.
+ * sender (a lane appears once per sender it wants, in senders_wanted's
+ * order).  Only the first max_lanes entries are wanted: every lane has a
+ * sender before any has a second, so a lane that appears when the slots
+ * are full takes one from a lane with several (whose extra sender
+ * retires).  A slot is freed only once its sender has stopped, so a lane
+ * never has more senders than it wants, plus those still stopping.  A
+ * freed slot's sender may have left jobs held (its last round failed): the
+ * configuration generation moves on, so that the other senders read it
+ * again and recover them.
  */
 static void
 reconcile(char **lanes, int n_lanes)
@@ -210,22 +214,44 @@ reconcile(char **lanes, int n_lanes)
 				k,
 				j;
 
-	/* the slots that serve a wanted lane's sender */
-	for (i = 0; i < notif_max_lanes; i++)
+	/* past the slots: a lane left short is warned of, once */
+	for (j = notif_max_lanes; j < n_lanes; j++)
 	{
-		NotifLaneSlot *slot = &notif_shared->lanes[i];
-
-		wanted[i] = false;
-		if (!slot->in_use)
-			continue;
-		for (j = 0; j < n_lanes; j++)
-			if (lanes[j] && strcmp(lanes[j], slot->lane) == 0)
-			{
-				wanted[i] = true;
-				lanes[j] = NULL;	/* served */
+		for (k = notif_max_lanes; k < j; k++)
+			if (strcmp(lanes[k], lanes[j]) == 0)
 				break;
-			}
+		if (k == j)
+			ereport(WARNING,
+					(errmsg("notif_deliver: lane \"%s\" lacks a sender: more than %d senders",
+							lanes[j], notif_max_lanes),
+					 errdetail("A lane takes its notif_lane.senders, or else notif_deliver.senders_per_lane (%d), of the notif_deliver.max_lanes sender slots.",
+							   notif_senders_per_lane),
+					 errhint("Raise notif_deliver.max_lanes (and max_worker_processes), or lower a lane's count.")));
 	}
+	n_lanes = Min(n_lanes, notif_max_lanes);
+
+	/*
+	 * The slots that serve a wanted lane's sender: those whose sender runs
+	 * first, so that a lane with one too many retires a running sender
+	 * only if none of its slots is a dead one to leave.
+	 */
+	for (i = 0; i < notif_max_lanes; i++)
+		wanted[i] = false;
+	for (k = 0; k < 2; k++)
+		for (i = 0; i < notif_max_lanes; i++)
+		{
+			NotifLaneSlot *slot = &notif_shared->lanes[i];
+
+			if (!slot->in_use || wanted[i] || sender_alive(i) != (k == 0))
+				continue;
+			for (j = 0; j < n_lanes; j++)
+				if (lanes[j] && strcmp(lanes[j], slot->lane) == 0)
+				{
+					wanted[i] = true;
+					lanes[j] = NULL;	/* served */
+					break;
+				}
+		}
 
 	for (i = 0; i < notif_max_lanes; i++)
 	{
@@ -268,19 +294,8 @@ reconcile(char **lanes, int n_lanes)
 			if (!notif_shared->lanes[i].in_use)
 				break;
 		if (i == notif_max_lanes)
-		{
-			/* once per lane: its other wanted senders find no slot either */
-			for (k = j + 1; k < n_lanes; k++)
-				if (lanes[k] && strcmp(lanes[k], lanes[j]) == 0)
-					lanes[k] = NULL;
-			ereport(WARNING,
-					(errmsg("notif_deliver: lane \"%s\" lacks a sender: more than %d senders",
-							lanes[j], notif_max_lanes),
-					 errdetail("A lane takes its notif_lane.senders, or else notif_deliver.senders_per_lane (%d), of the notif_deliver.max_lanes sender slots.",
-							   notif_senders_per_lane),
-					 errhint("Raise notif_deliver.max_lanes (and max_worker_processes).")));
-			continue;
-		}
+			break;				/* slots still held by stopping senders: when
+								 * they stop, the next round starts these */
 		workers[i].start_failed = false;
 		LWLockAcquire(notif_shared->lanes_lock, LW_EXCLUSIVE);
 		notif_shared->lanes[i].in_use = true;
@@ -306,7 +321,7 @@ reconcile(char **lanes, int n_lanes)
  * out every lane has a sender before any has a second.
  */
 static int
-senders_wanted(int n_lanes, char ***lanes, const int *senders, MemoryContext cxt)
+senders_wanted(int n_lanes, char ***lanes, int *senders, MemoryContext cxt)
 {
 	char	  **each;
 	int			most = 0,
@@ -317,17 +332,18 @@ senders_wanted(int n_lanes, char ***lanes, const int *senders, MemoryContext cxt
 
 	for (i = 0; i < n_lanes; i++)
 	{
-		int			s = senders[i] > 0 ? senders[i] : notif_senders_per_lane;
-
-		most = Max(most, s);
-		total += s;
+		/* the lane's row, else the setting (the same bounds, 1 to 16) */
+		senders[i] = Min(senders[i] > 0 ? senders[i] : notif_senders_per_lane,
+						 NOTIF_MAX_SENDERS_PER_LANE);
+		most = Max(most, senders[i]);
+		total += senders[i];
 	}
 	if (total == n_lanes)
 		return n_lanes;			/* one each */
 	each = MemoryContextAlloc(cxt, sizeof(char *) * total);
 	for (k = 0; k < most; k++)
 		for (i = 0; i < n_lanes; i++)
-			if (k < (senders[i] > 0 ? senders[i] : notif_senders_per_lane))
+			if (k < senders[i])
 				each[n++] = (*lanes)[i];
 	*lanes = each;
 	return n;

@@ -20,8 +20,8 @@
 #define NOTIF_MAX_INFLIGHT_LIMIT	10000	/* notif_deliver.max_inflight's bound */
 
 /*
- * The most sender slots notif_deliver.max_lanes allows (a lane takes
- * senders_per_lane of them).  Every array with an entry per sender slot is
+ * The most sender slots notif_deliver.max_lanes allows (a lane takes one
+ * per sender: its notif_lane.senders, else senders_per_lane).  Every array with an entry per sender slot is
  * sized by it: were one smaller, live senders would look dead and their
  * jobs be "recovered" and sent again.
  */

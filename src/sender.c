@@ -171,8 +171,9 @@ sender_shutdown(void)
 }
 
 /*
- * Retired (the lane has one sender too many, senders_per_lane was
- * lowered): every call it had has ended and is recorded; leave.
+ * Retired (the lane has one sender too many: its count was lowered, or
+ * another lane needed the slot): every call it had has ended and is
+ * recorded; leave.
  */
 static void
 sender_retire(void)
@@ -180,8 +181,7 @@ sender_retire(void)
 	ereport(LOG,
 			(errmsg("notif_deliver sender of lane \"%s\" retired, its calls ended and recorded",
 					sender.lane),
-			 errdetail("The lane has notif_deliver.senders_per_lane = %d senders.",
-					   notif_senders_per_lane)));
+			 errdetail("The lane wants fewer senders: its notif_lane.senders, or else notif_deliver.senders_per_lane, was lowered, or another lane needed the slot.")));
 	proc_exit(0);
 }
 

@@ -3,8 +3,8 @@
  * wake.c
  *      Wake-ups that must happen when a transaction commits, and not before:
  *      a committed notif_enqueue or notif_retry wakes its lane's sender; a
- *      committed change to notif_type or notif_provider, or an extension
- *      install or update, wakes the launcher and every sender.
+ *      committed change to notif_type, notif_provider or notif_lane, or an
+ *      extension install or update, wakes the launcher and every sender.
  *
  * A transaction remembers what to wake in backend-local memory and a
  * transaction callback does it at XACT_EVENT_COMMIT (after the commit is
@@ -126,8 +126,8 @@ notif_config_changed_at_commit(void)
 }
 
 /*
- * notif_config_changed(): statement trigger on notif_type and
- * notif_provider.  Invalidates every session's type cache (a relcache
+ * notif_config_changed(): statement trigger on notif_type, notif_provider
+ * and notif_lane.  Invalidates every session's type cache (a relcache
  * invalidation of notif_type, delivered to all sessions at commit) and wakes
  * the launcher and the senders at commit.
  */

@@ -14,7 +14,10 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = new_node('lane_senders', 'notif_deliver.max_inflight' => 40);
+# purge_interval: the launcher's own rounds are an hour apart, so a change
+# to notif_lane is seen by its commit's wake-up or not at all
+my $node = new_node('lane_senders', 'notif_deliver.max_inflight' => 40,
+	'notif_deliver.purge_interval' => q('1h'));
 my $sim = start_sim();
 set_provider($node, 'default', $sim->{url}, idempotency_header => q('Idempotency-Key'),
 	max_inflight => 1000, timeout => q('20 seconds'));
@@ -175,9 +178,10 @@ $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, lane) VALUES ('otp', 'at_least_once', 3, 'otp')});
 ok(wait_until($node, q{SELECT count(*) = 1 FROM notif_workers() WHERE role = 'sender' AND lane = 'otp' AND pid IS NOT NULL}),
 	'lane otp has its sender');
-(my $doc_lane = doc_sql('doc/guide.md', 'lane-senders')) =~ s/'promo'/'bulk'/ or die;
-$node->safe_psql('postgres', $doc_lane);
+$node->safe_psql('postgres', doc_sql('doc/guide.md', 'lane-senders'));
 ok(senders_running(2), 'notif_lane, as guide.md shows it: lane bulk has the 2 senders its row says, while the setting is 1');
+$node->safe_psql('postgres', q{UPDATE notif_lane SET senders = 3 WHERE lane = 'bulk'});
+ok(senders_running(3), 'raised to 3 by an UPDATE');
 enqueue('l', 200);
 ok(wait_until($node, q{SELECT count(*) = 200 FROM notif_job WHERE order_id LIKE 'l-%' AND status = 'sent'}),
 	'they send a burst');
@@ -185,9 +189,27 @@ ok(wait_until($node, q{SELECT count(*) = 200 FROM notif_job WHERE order_id LIKE 
 is("$keys $twice", '200 0', 'the provider received each job of it once');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM notif_workers() WHERE role = 'sender' AND lane = 'otp'}),
 	'1', 'lane otp, without a row, keeps the setting\'s one sender');
+my $offset = -s $node->logfile;
 $node->safe_psql('postgres', q{DELETE FROM notif_lane WHERE lane = 'bulk'});
 ok(senders_running(1), 'the row deleted: lane bulk is back to the setting\'s one sender');
-@retired = (slurp_file($node->logfile) =~ /sender of lane "bulk" retired, its calls ended and recorded/g);
-is(scalar(@retired), 3, 'its extra sender retired');
+@retired = (slurp_file($node->logfile, $offset) =~ /sender of lane "bulk" retired, its calls ended and recorded/g);
+is(scalar(@retired), 2, 'its two extra senders retired');
+
+# --- the slots run out: every lane has a sender before any has a second ---
+$node->append_conf('postgresql.conf', "notif_deliver.max_lanes = 4\n");
+$node->restart;
+$node->safe_psql('postgres', q{INSERT INTO notif_lane VALUES ('bulk', 3)});
+ok(senders_running(3), 'max_lanes = 4: lane bulk has its 3 senders and lane otp its one');
+$offset = -s $node->logfile;
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, lane) VALUES ('third', 'at_least_once', 3, 'third')});
+ok(wait_until($node, q{SELECT count(*) = 1 FROM notif_workers() WHERE role = 'sender' AND lane = 'third' AND pid IS NOT NULL}),
+	'a new lane gets a sender: lane bulk gives one up');
+ok(senders_running(2), 'lane bulk keeps 2');
+my $log = slurp_file($node->logfile, $offset);
+like($log, qr/sender of lane "bulk" retired, its calls ended and recorded/, 'the sender it gave up retired');
+like($log, qr/lane "bulk" lacks a sender: more than 4 senders/, 'and the launcher warned that lane bulk lacks one');
+my $third = $node->safe_psql('postgres', q{SELECT notif_enqueue(1, 'third', 'x', '{"to": "+84900000001"}')});
+ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $third"), 'lane third sends');
 
 done_testing();
