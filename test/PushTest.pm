@@ -87,9 +87,12 @@ sub wait_port
 }
 
 # The rig: push_sim behind nghttpx.  Returns { front, back, base, accesslog, sim_log }.
+# Options are push_sim's, but front_streams: the streams the front lets one
+# connection carry at once (200 by default).
 sub start_push_rig
 {
 	my ($keys, %opt) = @_;
+	my $streams = delete $opt{front_streams} // 200;
 	my $back = PostgreSQL::Test::Cluster::get_free_port();
 	my $front = PostgreSQL::Test::Cluster::get_free_port();
 	my $dir = $keys->{dir};
@@ -105,7 +108,7 @@ sub start_push_rig
 		"--frontend=127.0.0.1,$front", "--backend=127.0.0.1,$back",
 		"--accesslog-file=$rig->{accesslog}",
 		'--accesslog-format=$remote_port $alpn $method $path $status',
-		'--frontend-http2-max-concurrent-streams=200',
+		"--frontend-http2-max-concurrent-streams=$streams",
 		$keys->{key}, $keys->{cert});
 	wait_port($front, 'nghttpx');
 	return $rig;

@@ -19,10 +19,11 @@
 set -euo pipefail
 # libssl-dev: push tokens are signed with OpenSSL (src/token.c); nghttp2-proxy
 # (nghttpx, the HTTP/2 TLS front) and libcryptx-perl (verifying RS256/ES256)
-# for the push test test/t/020_push.pl
+# for the push tests test/t/020_push.pl and 026; iproute2 (ss: the open
+# connections 026 counts)
 packages=(make gcc libc6-dev postgresql-15 postgresql-server-dev-15 postgresql-client-15
 	libcurl4-openssl-dev libssl-dev libipc-run-perl openssl bc procps curl
-	nghttp2-proxy libcryptx-perl postgresql-15-plproxy)
+	nghttp2-proxy libcryptx-perl postgresql-15-plproxy iproute2)
 [ "${1:-}" = --bench ] && packages+=(gnuplot-nox postgresql-15-pgq3 pgqd)
 [ "${1:-}" = --ha ] && packages+=(patroni etcd-server)
 optional=(kannel kannel-extras)
