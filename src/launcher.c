@@ -65,6 +65,10 @@ static bool seen_enabled = true;
 static int	seen_senders_per_lane = 1;
 static TimestampTz next_purge = 0;
 
+/* the lanes short of senders at the last round: each is warned of once */
+static char (*short_lanes)[NOTIF_NAME_MAXLEN] = NULL;
+static int	n_short_lanes = 0;
+
 void
 notif_register_launcher(void)
 {
@@ -195,6 +199,47 @@ stop_sender(int slotno, bool retire)
 }
 
 /*
+ * The lanes with a wanted sender past the slots (entries from max_lanes
+ * on): each is warned of when it becomes short, not again at each round
+ * while it stays so.
+ */
+static void
+warn_short_lanes(char **lanes, int n_lanes)
+{
+	int			n = 0,
+				j,
+				k;
+	char		(*now)[NOTIF_NAME_MAXLEN];
+
+	if (short_lanes == NULL)
+		short_lanes = MemoryContextAllocZero(TopMemoryContext,
+											 NOTIF_NAME_MAXLEN * NOTIF_MAX_LANES_LIMIT);
+	now = palloc(NOTIF_NAME_MAXLEN * Max(n_lanes, 1));
+	for (j = notif_max_lanes; j < n_lanes; j++)
+	{
+		for (k = 0; k < n; k++)
+			if (strcmp(now[k], lanes[j]) == 0)
+				break;
+		if (k < n)
+			continue;			/* a lane appears once per sender it lacks */
+		strlcpy(now[n++], lanes[j], NOTIF_NAME_MAXLEN);
+		for (k = 0; k < n_short_lanes; k++)
+			if (strcmp(short_lanes[k], lanes[j]) == 0)
+				break;
+		if (k == n_short_lanes)
+			ereport(WARNING,
+					(errmsg("notif_deliver: lane \"%s\" lacks a sender: more than %d senders",
+							lanes[j], notif_max_lanes),
+					 errdetail("A lane takes its notif_lane.senders, or else notif_deliver.senders_per_lane (%d), of the notif_deliver.max_lanes sender slots.",
+							   notif_senders_per_lane),
+					 errhint("Raise notif_deliver.max_lanes (and max_worker_processes), or lower a lane's count.")));
+	}
+	n_short_lanes = Min(n, NOTIF_MAX_LANES_LIMIT);
+	memcpy(short_lanes, now, NOTIF_NAME_MAXLEN * n_short_lanes);
+	pfree(now);
+}
+
+/*
  * Make the running senders match the wanted lanes, one entry of lanes per
  * sender (a lane appears once per sender it wants, in senders_wanted's
  * order).  Only the first max_lanes entries are wanted: every lane has a
@@ -214,20 +259,7 @@ reconcile(char **lanes, int n_lanes)
 				k,
 				j;
 
-	/* past the slots: a lane left short is warned of, once */
-	for (j = notif_max_lanes; j < n_lanes; j++)
-	{
-		for (k = notif_max_lanes; k < j; k++)
-			if (strcmp(lanes[k], lanes[j]) == 0)
-				break;
-		if (k == j)
-			ereport(WARNING,
-					(errmsg("notif_deliver: lane \"%s\" lacks a sender: more than %d senders",
-							lanes[j], notif_max_lanes),
-					 errdetail("A lane takes its notif_lane.senders, or else notif_deliver.senders_per_lane (%d), of the notif_deliver.max_lanes sender slots.",
-							   notif_senders_per_lane),
-					 errhint("Raise notif_deliver.max_lanes (and max_worker_processes), or lower a lane's count.")));
-	}
+	warn_short_lanes(lanes, n_lanes);
 	n_lanes = Min(n_lanes, notif_max_lanes);
 
 	/*

@@ -211,5 +211,9 @@ like($log, qr/sender of lane "bulk" retired, its calls ended and recorded/, 'the
 like($log, qr/lane "bulk" lacks a sender: more than 4 senders/, 'and the launcher warned that lane bulk lacks one');
 my $third = $node->safe_psql('postgres', q{SELECT notif_enqueue(1, 'third', 'x', '{"to": "+84900000001"}')});
 ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $third"), 'lane third sends');
+$node->safe_psql('postgres', q{UPDATE notif_type SET max_tries = 4 WHERE code = 'otp'});
+ok(wait_until($node, q{SELECT notif_config_applied()}), 'the launcher and the senders read a later change');
+my @short = (slurp_file($node->logfile, $offset) =~ /lane "bulk" lacks a sender/g);
+is(scalar(@short), 1, 'the launcher warned of the short lane once, not again at its next round');
 
 done_testing();
