@@ -66,7 +66,7 @@ static int	seen_senders_per_lane = 1;
 static TimestampTz next_purge = 0;
 
 /* the lanes short of senders at the last round: each is warned of once */
-static char (*short_lanes)[NOTIF_NAME_MAXLEN] = NULL;
+static char short_lanes[NOTIF_MAX_LANES_LIMIT][NOTIF_NAME_MAXLEN];
 static int	n_short_lanes = 0;
 
 void
@@ -211,9 +211,6 @@ warn_short_lanes(char **lanes, int n_lanes)
 				k;
 	char		(*now)[NOTIF_NAME_MAXLEN];
 
-	if (short_lanes == NULL)
-		short_lanes = MemoryContextAllocZero(TopMemoryContext,
-											 NOTIF_NAME_MAXLEN * NOTIF_MAX_LANES_LIMIT);
 	now = palloc(NOTIF_NAME_MAXLEN * Max(n_lanes, 1));
 	for (j = notif_max_lanes; j < n_lanes; j++)
 	{

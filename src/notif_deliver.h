@@ -21,9 +21,9 @@
 
 /*
  * The most sender slots notif_deliver.max_lanes allows (a lane takes one
- * per sender: its notif_lane.senders, else senders_per_lane).  Every array with an entry per sender slot is
- * sized by it: were one smaller, live senders would look dead and their
- * jobs be "recovered" and sent again.
+ * per sender: its notif_lane.senders, else senders_per_lane).  Every array
+ * with an entry per sender slot is sized by it: were one smaller, live
+ * senders would look dead and their jobs be "recovered" and sent again.
  */
 #define NOTIF_MAX_LANES_LIMIT	256
 #define NOTIF_MAX_SENDERS_PER_LANE	16	/* notif_deliver.senders_per_lane's bound */
