@@ -34,6 +34,7 @@ typedef struct NotifProviderConf
 {
 	char	   *name;
 	char	   *url;			/* NULL: not configured, its jobs wait */
+	CURLU	   *curlu;			/* url parsed once (NULL: parsed per call) */
 	NotifFormat format;
 	struct curl_slist *headers; /* static headers, "Name: value" */
 	char	   *idempotency_header;
@@ -86,6 +87,7 @@ struct NotifCall
 	/* the request */
 	CURL	   *easy;
 	char	   *url;
+	CURLU	   *curlu;			/* url parsed: the provider's, copied; or NULL */
 	char	   *body;			/* NULL for GET */
 	size_t		body_len;
 	size_t		body_sent;		/* read-callback position */
@@ -124,6 +126,8 @@ struct NotifCall
 extern void notif_build_request(NotifCall *call, const NotifProviderConf *provider,
 								const char *key, Jsonb *payload);
 extern void notif_free_request(NotifCall *call);
+extern CURLU *notif_url_parse(const char *url);
+extern CURLU *notif_url_copy(const NotifProviderConf *provider);
 
 /* http.c */
 extern void notif_http_init(void);

@@ -49,20 +49,57 @@ static dlist_head inflight_calls = DLIST_STATIC_INIT(inflight_calls);
 static dlist_head done_calls = DLIST_STATIC_INIT(done_calls);
 
 /*
- * Easy handles of finished calls, reset and kept for the next ones: a
- * busy sender then reuses as many handles as it has calls in flight,
- * instead of allocating and freeing one (with its buffers) per call, which
- * let its memory drift up with malloc fragmentation.
+ * Easy handles of finished calls, kept for the next ones: a busy sender
+ * then reuses as many handles as it has calls in flight, instead of
+ * allocating and freeing one (with its buffers) per call, which let its
+ * memory drift up with malloc fragmentation.
+ *
+ * A kept handle is not reset: curl_easy_reset, and the options set again
+ * after it, were about a sixth of libcurl's work per call, together with
+ * the URL parsed per call (doc/benchmarks.md, "Levers on libcurl's own
+ * work per call").  What every call sets alike is set once per handle
+ * (handle_defaults); start() sets every other option for each call, those
+ * a call does not use to their defaults, so that no call inherits one from
+ * the call before; and put_handle() unsets the pointers into the call that
+ * ended.  A handle whose transfer failed, or opened a connection, is reset
+ * all the same: libcurl counts the silent re-sends on a fresh connection
+ * over a handle's life, not per transfer (at the sixth it fails the call
+ * instead), and only curl_easy_reset clears that count.  A re-send always
+ * opens a connection, so a handle kept as it is has made none.
  */
 static CURL *idle_handles[NOTIF_MAX_INFLIGHT_LIMIT];
 static int	n_idle = 0;
 
+static size_t read_cb(char *buffer, size_t size, size_t nitems, void *userdata);
+static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata);
+
+/* the options that are the same for every call */
+static void
+handle_defaults(CURL *easy)
+{
+	notif_http_socket_callbacks(easy);	/* its connections' sockets can park */
+	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 1L);
+	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 2L);
+	curl_easy_setopt(easy, CURLOPT_USERAGENT, "notif_deliver/" NOTIF_SCHEMA_VERSION);
+	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, write_cb);
+	/* used only by a call without CURLOPT_POSTFIELDS (at_most_once) */
+	curl_easy_setopt(easy, CURLOPT_READFUNCTION, read_cb);
+}
+
 static CURL *
 get_handle(void)
 {
+	CURL	   *easy;
+
 	if (n_idle > 0)
 		return idle_handles[--n_idle];
-	return curl_easy_init();
+	easy = curl_easy_init();
+	if (easy)
+		handle_defaults(easy);
+	return easy;
 }
 
 /* Free the idle handles (a sender that fell idle). */
@@ -73,16 +110,33 @@ notif_http_release_idle(void)
 		curl_easy_cleanup(idle_handles[--n_idle]);
 }
 
+/* A handle whose call ended; reset: see above. */
 static void
-put_handle(CURL *easy)
+put_handle(CURL *easy, bool reset)
 {
-	if (n_idle < notif_max_inflight)
+	if (n_idle >= notif_max_inflight)
+	{
+		curl_easy_cleanup(easy);
+		return;
+	}
+	if (reset)
 	{
 		curl_easy_reset(easy);
-		idle_handles[n_idle++] = easy;
+		handle_defaults(easy);
 	}
 	else
-		curl_easy_cleanup(easy);
+	{
+		/* nothing may point into the call that ended (it is freed) */
+		curl_easy_setopt(easy, CURLOPT_PRIVATE, NULL);
+		curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, NULL);
+		curl_easy_setopt(easy, CURLOPT_HTTPHEADER, NULL);
+		curl_easy_setopt(easy, CURLOPT_WRITEDATA, NULL);
+		curl_easy_setopt(easy, CURLOPT_READDATA, NULL);
+		curl_easy_setopt(easy, CURLOPT_POSTFIELDS, NULL);
+		curl_easy_setopt(easy, CURLOPT_CURLU, NULL);
+		curl_easy_setopt(easy, CURLOPT_CAINFO_BLOB, NULL);
+	}
+	idle_handles[n_idle++] = easy;
 }
 
 /* at_most_once bodies: read once, never rewound */
@@ -90,8 +144,11 @@ static size_t
 read_cb(char *buffer, size_t size, size_t nitems, void *userdata)
 {
 	NotifCall  *call = (NotifCall *) userdata;
-	size_t		n = Min(size * nitems, call->body_len - call->body_sent);
+	size_t		n;
 
+	if (call == NULL)
+		return CURL_READFUNC_ABORT; /* not a call's body: never sent */
+	n = Min(size * nitems, call->body_len - call->body_sent);
 	memcpy(buffer, call->body + call->body_sent, n);
 	call->body_sent += n;
 	return n;
@@ -168,17 +225,17 @@ notif_http_timeout_ms(void)
 
 /*
  * A call's transfer leaves its pool (it ended at "when"): the handle goes
- * back to the idle ones, its request is freed, and a pool left without
- * calls counts as unused from then.
+ * back to the idle ones (reset or not: put_handle), its request is freed,
+ * and a pool left without calls counts as unused from then.
  */
 static void
-leave_pool(NotifCall *call, TimestampTz when)
+leave_pool(NotifCall *call, TimestampTz when, bool reset)
 {
 	HttpPool   *pool = notif_pool(call->pool);
 
 	curl_multi_remove_handle(pool->multi, call->easy);
 	notif_pool_leave(pool, when);
-	put_handle(call->easy);
+	put_handle(call->easy, reset);
 	call->easy = NULL;
 	notif_free_request(call);
 }
@@ -190,6 +247,7 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 	NotifCall  *call;
 	curl_off_t	retry_after = 0;
 	long		request_size = 0;
+	long		connects = 0;
 
 	curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **) &call);
 	call->ended_at = GetCurrentTimestamp();
@@ -197,6 +255,7 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 	curl_easy_getinfo(easy, CURLINFO_REQUEST_SIZE, &request_size);
 	curl_easy_getinfo(easy, CURLINFO_RETRY_AFTER, &retry_after);
 	curl_easy_getinfo(easy, CURLINFO_HTTP_VERSION, &call->http_version);
+	curl_easy_getinfo(easy, CURLINFO_NUM_CONNECTS, &connects);
 	call->retry_after_ms = (int64) retry_after * 1000;
 	call->outcome = notif_classify(result, call->http_status,
 								   request_size > 0 || call->body_sent > 0);
@@ -210,7 +269,7 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 	if (call->on_done == NULL && call->http_status != 0)
 		notif_pool_answered(pool, call->http_version);
 
-	leave_pool(call, call->ended_at);
+	leave_pool(call, call->ended_at, result != CURLE_OK || connects > 0);
 	dlist_delete(&call->node);
 	if (call->on_done)
 	{
@@ -338,11 +397,15 @@ start(NotifCall *call)
 	call->errbuf[0] = '\0';
 	call->body_sent = 0;
 
+	/* every option that a call may set, for each call: see put_handle */
 	curl_easy_setopt(easy, CURLOPT_PRIVATE, call);
-	notif_http_socket_callbacks(easy);	/* its connections' sockets can park */
 	curl_easy_setopt(easy, CURLOPT_URL, call->url);
-	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
+	/*
+	 * Parsed once (libcurl then uses it and need not parse the string), or
+	 * NULL.  The string is given all the same, so that what libcurl holds
+	 * as the transfer's URL is this call's, not the one before.
+	 */
+	curl_easy_setopt(easy, CURLOPT_CURLU, call->curlu);
 	if (pool->max_connections > 0)
 	{
 		/* HTTP/2 where TLS offers it; wait for a stream, not a new connection */
@@ -350,45 +413,56 @@ start(NotifCall *call)
 		curl_easy_setopt(easy, CURLOPT_PIPEWAIT, 1L);
 	}
 	else
+	{
 		curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_1_1);
+		curl_easy_setopt(easy, CURLOPT_PIPEWAIT, 0L);
+	}
 	if (call->ca_cert)
 	{
 		struct curl_blob blob = {call->ca_cert, strlen(call->ca_cert), CURL_BLOB_COPY};
 
 		curl_easy_setopt(easy, CURLOPT_CAINFO_BLOB, &blob);
 	}
-	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 1L);
-	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 2L);
+	else
+		curl_easy_setopt(easy, CURLOPT_CAINFO_BLOB, NULL);	/* the system's */
 	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, call->timeout_ms);
 	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, call->connect_timeout_ms);
 	curl_easy_setopt(easy, CURLOPT_HTTPHEADER, call->headers);
-	curl_easy_setopt(easy, CURLOPT_USERAGENT, "notif_deliver/" NOTIF_SCHEMA_VERSION);
 	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, call->errbuf);
-	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, write_cb);
 	curl_easy_setopt(easy, CURLOPT_WRITEDATA, call);
 
 	/*
 	 * Without a body byte to fail to rewind, libcurl would re-send an
 	 * at_most_once request silently: such requests use a new connection.
 	 */
-	if (call->job.delivery == AT_MOST_ONCE && call->body_len == 0)
-		curl_easy_setopt(easy, CURLOPT_FRESH_CONNECT, 1L);
+	curl_easy_setopt(easy, CURLOPT_FRESH_CONNECT,
+					 (long) (call->job.delivery == AT_MOST_ONCE && call->body_len == 0));
 
 	if (call->body == NULL)
+	{
+		curl_easy_setopt(easy, CURLOPT_POSTFIELDS, NULL);
 		curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
+		curl_easy_setopt(easy, CURLOPT_READDATA, NULL);
+	}
 	else
 	{
 		curl_easy_setopt(easy, CURLOPT_POST, 1L);
 		curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) call->body_len);
 		if (call->job.delivery == AT_MOST_ONCE)
 		{
-			/* no CURLOPT_SEEKFUNCTION: libcurl cannot send it twice */
-			curl_easy_setopt(easy, CURLOPT_READFUNCTION, read_cb);
+			/*
+			 * Read through read_cb, and no CURLOPT_SEEKFUNCTION: libcurl
+			 * cannot send it twice.  CURLOPT_POSTFIELDS would be used
+			 * instead of the callback: it must be unset.
+			 */
+			curl_easy_setopt(easy, CURLOPT_POSTFIELDS, NULL);
 			curl_easy_setopt(easy, CURLOPT_READDATA, call);
 		}
 		else
+		{
 			curl_easy_setopt(easy, CURLOPT_POSTFIELDS, call->body);
+			curl_easy_setopt(easy, CURLOPT_READDATA, NULL);
+		}
 	}
 
 	if (call->answer)
@@ -404,7 +478,7 @@ start(NotifCall *call)
 	call->started_at = GetCurrentTimestamp();
 	if (curl_multi_add_handle(pool->multi, easy) != CURLM_OK)
 	{
-		put_handle(easy);
+		put_handle(easy, true);
 		call->easy = NULL;
 		call->error = "could not start the call: curl_multi_add_handle failed";
 		return false;
@@ -450,7 +524,7 @@ notif_http_abort_all(const char *reason)
 		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
 
 		call->ended_at = GetCurrentTimestamp();
-		leave_pool(call, call->ended_at);
+		leave_pool(call, call->ended_at, true);
 		call->outcome = OUTCOME_UNKNOWN;
 		call->error = MemoryContextStrdup(call->cxt, reason);
 		dlist_delete(&call->node);

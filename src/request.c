@@ -161,8 +161,40 @@ with_ref_field(Jsonb *payload, const char *field, const char *key)
 }
 
 /*
+ * A provider's URL parsed once (when its configuration is read), or NULL
+ * if libcurl's parser refuses it: a call then gives the string alone, and
+ * libcurl's own error for it is the call's.
+ */
+CURLU *
+notif_url_parse(const char *url)
+{
+	CURLU	   *u;
+
+	if (url == NULL || (u = curl_url()) == NULL)
+		return NULL;
+	if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK)
+	{
+		curl_url_cleanup(u);
+		return NULL;
+	}
+	return u;
+}
+
+/*
+ * A call's own copy of its provider's parsed URL (the provider's may be
+ * freed by a configuration change while the call is in flight), so that
+ * libcurl need not parse the URL again at each call; NULL: it does.
+ */
+CURLU *
+notif_url_copy(const NotifProviderConf *provider)
+{
+	return provider->curlu ? curl_url_dup(provider->curlu) : NULL;
+}
+
+/*
  * Fill call->url, body and headers.  Allocates in the current memory
- * context (the call's) and, for the header list, with malloc (libcurl's).
+ * context (the call's) and, for the header list and the parsed URL, with
+ * malloc (libcurl's).
  */
 void
 notif_build_request(NotifCall *call, const NotifProviderConf *provider,
@@ -192,12 +224,14 @@ notif_build_request(NotifCall *call, const NotifProviderConf *provider,
 	{
 		case FORMAT_JSON:
 			call->url = pstrdup(provider->url);
+			call->curlu = notif_url_copy(provider);
 			call->body = JsonbToCString(NULL, &payload->root, VARSIZE(payload));
 			call->body_len = strlen(call->body);
 			h = curl_slist_append(h, "Content-Type: application/json");
 			break;
 		case FORMAT_FORM:
 			call->url = pstrdup(provider->url);
+			call->curlu = notif_url_copy(provider);
 			append_pairs(&buf, payload);
 			call->body = buf.data;
 			call->body_len = buf.len;
@@ -243,4 +277,7 @@ notif_free_request(NotifCall *call)
 	if (call->headers)
 		curl_slist_free_all(call->headers);
 	call->headers = NULL;
+	if (call->curlu)
+		curl_url_cleanup(call->curlu);
+	call->curlu = NULL;
 }

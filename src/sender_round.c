@@ -42,6 +42,8 @@ free_config(MemoryContext cxt, NotifTypeConf *t, int n)
 		notif_throttle_detach(t[i].provider.throttle, sender.slot);
 		if (t[i].provider.headers)
 			curl_slist_free_all(t[i].provider.headers);
+		if (t[i].provider.curlu)
+			curl_url_cleanup(t[i].provider.curlu);
 	}
 	MemoryContextDelete(cxt);
 }
@@ -84,6 +86,7 @@ reload_config(void)
 	for (i = 0; i < n; i++)
 	{
 		fresh[i].provider.throttle = notif_throttle_attach(fresh[i].provider.name, sender.slot);
+		fresh[i].provider.curlu = notif_url_parse(fresh[i].provider.url);
 		fresh[i].provider.max_connections =
 			notif_sender_share(fresh[i].provider.max_connections, sender.lane_senders);
 	}

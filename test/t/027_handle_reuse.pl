@@ -1,0 +1,131 @@
+# 027_handle_reuse.pl: a libcurl handle kept from one call to the next
+# without a reset (src/http.c) carries nothing of the call before.  One
+# sender with one call in flight reuses one handle for every call, over one
+# kept-alive connection, while the calls change their shape: POST from a
+# buffer (at_least_once), POST through the read callback (at_most_once),
+# GET (query format), each provider with its own URL and static header.
+# Each request must arrive as its own call built it; and the at_most_once
+# guard must hold on a handle whose last call was an at_least_once POST
+# (libcurl re-sends a buffer on its own, never the read callback's body).
+use strict;
+use warnings;
+use lib 'test';
+use NotifTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = new_node('handle_reuse', 'notif_deliver.max_inflight' => '1');
+my $sim = start_sim();
+my $base = "http://127.0.0.1:$sim->{port}";
+
+# name => [format, delivery, URL, static header]
+my %providers = (
+	r_json => ['json', 'at_least_once', "$base/json/send?via=json", 'X-From-Json'],
+	r_form => ['form', 'at_least_once', "$base/form/send", 'X-From-Form'],
+	r_query => ['query', 'at_least_once', "$base/cgi-bin/sendsms?user=q", 'X-From-Query'],
+	r_amo => ['json', 'at_most_once', "$base/amo/send", 'X-From-Amo'],
+	r_amo_form => ['form', 'at_most_once', "$base/amo-form/send", 'X-From-Amo-Form'],
+);
+for my $p (sort keys %providers)
+{
+	my ($format, $delivery, $url, $header) = @{ $providers{$p} };
+	set_provider($node, $p, $url,
+		format => "'$format'",
+		headers => qq('{"$header": "$p"}'),
+		idempotency_header => q('Idempotency-Key'));
+	$node->safe_psql('postgres', qq{
+		INSERT INTO notif_type (code, delivery, max_tries, provider, lane)
+		VALUES ('$p', '$delivery', 1, '$p', 'reuse')});
+}
+
+sub enqueue
+{
+	my ($kind, $order) = @_;
+	return $node->safe_psql('postgres',
+		qq{SELECT notif_enqueue(7, '$kind', '$order', '{"to":"+84900000007","text":"$order"}')});
+}
+
+sub wait_final
+{
+	my ($id) = @_;
+	return wait_until($node,
+		"SELECT status NOT IN ('queued', 'sending') AND claimed_by IS NULL FROM notif_job WHERE id = $id");
+}
+
+sub headers_of
+{
+	my ($r) = @_;
+	my %h;
+	for (@{ $r->{headers} })
+	{
+		my ($n, $v) = split /: ?/, $_, 2;
+		$h{$n} = $v;
+	}
+	return \%h;
+}
+
+# One job at a time, the shapes interleaved so that each follows others.
+my @sequence = qw(r_json r_query r_amo r_form r_query r_amo_form r_json r_amo r_query r_json r_amo_form r_form);
+my $n = 0;
+for my $p (@sequence)
+{
+	my ($format, $delivery, $url, $header) = @{ $providers{$p} };
+	my $order = 'o' . ++$n;
+	my $id = enqueue($p, $order);
+	ok(wait_final($id), "call $n ($p) finished");
+	is(job_row($node, $id), 'sent accepted 1 200', "call $n ($p): accepted");
+	my $key = "$p:7:$order";
+	my $r = last_request($sim, $key);
+	my $h = headers_of($r);
+	(my $target = $url) =~ s{^\Q$base\E}{};
+	if ($format eq 'query')
+	{
+		is($r->{method}, 'GET', "call $n ($p): GET");
+		like($r->{target}, qr{^\Q$target\E&to=%2B84900000007&text=$order$}, "call $n ($p): its own URL and query");
+		is($r->{'body-length'}, '0', "call $n ($p): no body");
+		ok(!exists $h->{'Content-Type'}, "call $n ($p): no Content-Type");
+	}
+	else
+	{
+		is($r->{method}, 'POST', "call $n ($p): POST");
+		is($r->{target}, $target, "call $n ($p): its own URL");
+		my $body = $format eq 'json'
+		  ? $node->safe_psql('postgres', "SELECT payload::text FROM notif_job WHERE id = $id")
+		  : "to=%2B84900000007&text=$order";
+		is($r->{body}, $body, "call $n ($p): its own body");
+		is($h->{'Content-Type'},
+			$format eq 'json' ? 'application/json' : 'application/x-www-form-urlencoded',
+			"call $n ($p): its Content-Type");
+	}
+	is($h->{'Idempotency-Key'}, $key, "call $n ($p): its own key");
+	is($h->{$header}, $p, "call $n ($p): its provider's static header");
+	is(scalar(grep { /^X-From-/ } keys %$h), 1, "call $n ($p): no other provider's header");
+	is(ledger_key($sim, $key), '1 1 1', "call $n ($p): received once");
+}
+# The at_most_once guard on a handle whose last call gave libcurl a buffer
+# to re-send: the connection is reset right after the request was read.
+for my $p ('r_json', 'r_amo')
+{
+	$node->safe_psql('postgres', qq{UPDATE notif_provider SET headers = '{"X-Sim-Fault": "reset"}' WHERE name = '$p'});
+}
+ok(wait_config_read($node, 'reuse'), 'the sender read the reset faults');
+my $warm = enqueue('r_form', 'warm');
+ok(wait_final($warm), 'an at_least_once POST went out over the kept-alive connection');
+is(job_row($node, $warm), 'sent accepted 1 200', 'it was accepted');
+my $amo = enqueue('r_amo', 'hit');
+ok(wait_final($amo), 'the at_most_once call after it finished');
+is(job_row($node, $amo), 'sent unknown 1 -', 'at_most_once, reset after receipt: sent/unknown');
+is(ledger_key($sim, 'r_amo:7:hit'), '1 0 1', 'at_most_once: the provider got it exactly once (no re-send)');
+
+# And libcurl's re-send of an at_least_once call goes to that call's URL,
+# not the one before: warm the connection with another provider first.
+my $warm2 = enqueue('r_query', 'warm2');
+ok(wait_final($warm2), 'a GET to another URL went out over the kept-alive connection');
+my $alo = enqueue('r_json', 'hit');
+ok(wait_final($alo), 'the at_least_once call after it finished');
+is(ledger_key($sim, 'r_json:7:hit'), '2 0 1',
+	'at_least_once: libcurl re-sent the request on a fresh connection (the hazard guarded above)');
+is(last_request($sim, 'r_json:7:hit')->{target}, '/json/send?via=json', 'the re-sent copy went to its own URL');
+
+done_testing();
