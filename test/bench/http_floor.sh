@@ -19,7 +19,7 @@
 # sender builds today), given to every variant; FLOOR_VARIANTS ["default"]:
 # client variants run side by side, each round running each variant once
 # per latency, the order rotated from round to round: "default" (no more
-# options), a bare NAME (the option --NAME: park, no-proxy, no-reset,
+# options), a bare NAME (the option --NAME: park, no-proxy, no-reset, curlu, curlu-dup,
 # shared-headers), or NAME:OPTIONS with commas for spaces (e.g.
 # "maxconn64:--maxconnects,64"); the first variant is the baseline of the
 # per-round ratios (variant / baseline, same round and latency: CPU per

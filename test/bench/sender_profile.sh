@@ -17,7 +17,9 @@
 # Environment: PROFILE_LATENCIES ["0 50"] (ms), PROFILE_SECS [4],
 # PROFILE_SETTLE [1.5], PROFILE_HZ [4000] (samples per second),
 # PROFILE_CONF (one more postgresql.conf line, e.g.
-# "notif_deliver.batch_size = 400"), BENCH_PORT, BENCH_SIM_PORT (see
+# "notif_deliver.batch_size = 400"), PROFILE_KEEP (a folder: each
+# latency's perf.data is kept there as perf_<latency>ms.data, for
+# `perf report -i`), BENCH_PORT, BENCH_SIM_PORT (see
 # lib.sh).  Prints each latency's table, then "RESULT
 # profile_<latency>ms_<part>_us value" lines and profile_<latency>ms_jobs.
 set -euo pipefail
@@ -56,6 +58,7 @@ for latency in $LATENCIES; do
 	[ "$(cluster_psql -At -c "SELECT count(*) FROM notif_job WHERE status = 'queued'")" -gt 0 ] ||
 		echo "warning: the backlog ran out during the profile at $latency ms: raise JOBS" >&2
 	result "profile_${latency}ms_jobs" $((s1 - s0))
+	[ -z "${PROFILE_KEEP:-}" ] || cp "$BENCH_DIR/perf.data" "$PROFILE_KEEP/perf_${latency}ms.data"
 	perf script -F ip,sym,dso -i "$BENCH_DIR/perf.data" 2>/dev/null |
 		perl "$(dirname "$0")/sender_profile.pl" "$PHZ" $((s1 - s0)) "${latency}ms"
 	cluster_psql -c "UPDATE notif_type SET paused = true WHERE code = 'bench'" >/dev/null

@@ -35,6 +35,10 @@
  *                   user who relies on http_proxy and friends.
  *   --curlu         the URL parsed once (a CURLU handle, CURLOPT_CURLU)
  *                   instead of CURLOPT_URL's string parsed per call.
+ *   --curlu-dup     as --curlu, but each call gets its own copy
+ *                   (curl_url_dup), freed when it ends: what a sender
+ *                   whose provider settings can change under its calls
+ *                   in flight would do.
  *   --no-reset      no curl_easy_reset between calls: the options that are
  *                   the same for every call are set once per handle, only
  *                   the per-call ones (private, URL, headers, body, error
@@ -56,7 +60,7 @@
  *
  *   http_floor [--url URL] [--calls N] [--inflight N] [--warmup N]
  *              [--sim-pid PID] [--perf-ctl CTL,ACK]... [--shared-headers]
- *              [--park] [--no-proxy] [--no-reset] [--curlu] [--maxconnects N]
+ *              [--park] [--no-proxy] [--no-reset] [--curlu] [--curlu-dup] [--maxconnects N]
  *              [--close-every N] [--idle-close] [--alt-url URL]
  *
  * It completes --warmup calls first (default: --inflight, so that every
@@ -105,6 +109,7 @@ typedef struct Call
 	CURL	   *easy;
 	struct curl_slist *headers; /* per call: curl_slist_append */
 	struct curl_slist key_node; /* --shared-headers: in front of the list */
+	CURLU	   *curlu;			/* --curlu-dup: this call's copy */
 	char		key_header[96];
 	char		response[256];	/* the start of the body, as the sender keeps */
 	size_t		response_len;
@@ -122,6 +127,7 @@ static bool park = false;
 static bool no_proxy = false;
 static bool no_reset = false;
 static bool use_curlu = false;
+static bool curlu_dup = false;
 static const char *alt_url = NULL;
 static CURLU *curlu;
 static CURLU *alt_curlu;
@@ -280,6 +286,12 @@ start_call(void)
 		else
 			curl_easy_setopt(easy, CURLOPT_URL, alt_url);
 	}
+	else if (use_curlu && curlu_dup)
+	{
+		if ((call->curlu = curl_url_dup(curlu)) == NULL)
+			die("curl_url_dup failed");
+		curl_easy_setopt(easy, CURLOPT_CURLU, call->curlu);
+	}
 	else if (use_curlu)
 		curl_easy_setopt(easy, CURLOPT_CURLU, curlu);
 	else
@@ -323,6 +335,9 @@ finish_call(CURL *easy, CURLcode result)
 	idle_handles[n_idle++] = easy;
 	if (!shared_headers)
 		curl_slist_free_all(call->headers);
+	if (call->curlu)
+		curl_url_cleanup(call->curlu);
+	call->curlu = NULL;
 	call->headers = NULL;
 	call->next_free = free_calls;
 	free_calls = call;
@@ -422,6 +437,7 @@ parse_options(int argc, char **argv)
 		{"no-proxy", no_argument, NULL, 'X'},
 		{"no-reset", no_argument, NULL, 'R'},
 		{"curlu", no_argument, NULL, 'U'},
+		{"curlu-dup", no_argument, NULL, 'D'},
 		{"alt-url", required_argument, NULL, 'a'},
 		{"maxconnects", required_argument, NULL, 'm'},
 		{"close-every", required_argument, NULL, 'c'},
@@ -474,6 +490,9 @@ parse_options(int argc, char **argv)
 			case 'U':
 				use_curlu = true;
 				break;
+			case 'D':
+				use_curlu = curlu_dup = true;
+				break;
 			case 'a':
 				alt_url = optarg;
 				break;
@@ -489,7 +508,7 @@ parse_options(int argc, char **argv)
 			default:
 				die("usage: http_floor [--url URL] [--calls N] [--inflight N] [--warmup N]"
 					" [--sim-pid PID] [--perf-ctl CTL,ACK]... [--shared-headers]"
-					" [--park] [--no-proxy] [--no-reset] [--curlu] [--maxconnects N]"
+					" [--park] [--no-proxy] [--no-reset] [--curlu] [--curlu-dup] [--maxconnects N]"
 					" [--close-every N] [--idle-close] [--alt-url URL]");
 		}
 	}
