@@ -34,7 +34,7 @@ typedef struct NotifProviderConf
 {
 	char	   *name;
 	char	   *url;			/* NULL: not configured, its jobs wait */
-	CURLU	   *curlu;			/* url parsed once (NULL: parsed per call) */
+	CURLU	   *curlu;			/* url parsed once, or NULL (request.c) */
 	NotifFormat format;
 	struct curl_slist *headers; /* static headers, "Name: value" */
 	char	   *idempotency_header;
@@ -126,8 +126,7 @@ struct NotifCall
 extern void notif_build_request(NotifCall *call, const NotifProviderConf *provider,
 								const char *key, Jsonb *payload);
 extern void notif_free_request(NotifCall *call);
-extern CURLU *notif_url_parse(const char *url);
-extern CURLU *notif_url_copy(const NotifProviderConf *provider);
+extern CURLU *notif_url_parse(const NotifProviderConf *provider);
 
 /* http.c */
 extern void notif_http_init(void);
@@ -140,6 +139,7 @@ extern void notif_http_abort_all(const char *reason);
 extern int	notif_http_inflight(void);
 extern void notif_http_release_idle(void);
 extern bool notif_http_start_aux(NotifCall *call);
+extern void notif_http_config_read(const NotifTypeConf *types, int n);
 
 /* http_sockets.c */
 extern void notif_http_sockets_init(int epfd);

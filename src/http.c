@@ -58,14 +58,22 @@ static dlist_head done_calls = DLIST_STATIC_INIT(done_calls);
  * after it, were about a sixth of libcurl's work per call, together with
  * the URL parsed per call (doc/benchmarks.md, "Levers on libcurl's own
  * work per call").  What every call sets alike is set once per handle
- * (handle_defaults); start() sets every other option for each call, those
- * a call does not use to their defaults, so that no call inherits one from
- * the call before; and put_handle() unsets the pointers into the call that
- * ended.  A handle whose transfer failed, or opened a connection, is reset
- * all the same: libcurl counts the silent re-sends on a fresh connection
- * over a handle's life, not per transfer (at the sixth it fails the call
- * instead), and only curl_easy_reset clears that count.  A re-send always
- * opens a connection, so a handle kept as it is has made none.
+ * (handle_defaults).  start() sets every other option for each call, the
+ * ones a call does not use back to what a new handle has (or, for a body's
+ * pointers, to NULL), so that no call inherits one from the call before;
+ * and put_handle() unsets the pointers into the call that ended.
+ *
+ * A handle whose transfer failed, or was sent again by libcurl (a re-send
+ * on another connection after a kept-alive one died, or a stream the
+ * server refused), is freed instead.  libcurl keeps state of such a
+ * transfer in the handle that even curl_easy_reset does not clear (7.88:
+ * the count of re-sends over the handle's life, at the sixth of which it
+ * fails the call instead; a refused stream's flag, which lets the next
+ * transfer on the handle be re-sent on a fresh connection, an at_most_once
+ * call without a body included; a pending rewind), so only a new handle
+ * starts clean.  A re-send shows as a redirect time (libcurl's "follow"
+ * of the same URL), which a call never has otherwise: redirects are not
+ * followed.
  */
 static CURL *idle_handles[NOTIF_MAX_INFLIGHT_LIMIT];
 static int	n_idle = 0;
@@ -110,32 +118,29 @@ notif_http_release_idle(void)
 		curl_easy_cleanup(idle_handles[--n_idle]);
 }
 
-/* A handle whose call ended; reset: see above. */
+/*
+ * A handle whose call ended: kept for the next call, or freed when
+ * "discard" (its transfer failed or was sent again: see above) or enough
+ * are kept.
+ */
 static void
-put_handle(CURL *easy, bool reset)
+put_handle(CURL *easy, bool discard)
 {
-	if (n_idle >= notif_max_inflight)
+	if (discard || n_idle >= notif_max_inflight)
 	{
 		curl_easy_cleanup(easy);
 		return;
 	}
-	if (reset)
-	{
-		curl_easy_reset(easy);
-		handle_defaults(easy);
-	}
-	else
-	{
-		/* nothing may point into the call that ended (it is freed) */
-		curl_easy_setopt(easy, CURLOPT_PRIVATE, NULL);
-		curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, NULL);
-		curl_easy_setopt(easy, CURLOPT_HTTPHEADER, NULL);
-		curl_easy_setopt(easy, CURLOPT_WRITEDATA, NULL);
-		curl_easy_setopt(easy, CURLOPT_READDATA, NULL);
-		curl_easy_setopt(easy, CURLOPT_POSTFIELDS, NULL);
-		curl_easy_setopt(easy, CURLOPT_CURLU, NULL);
-		curl_easy_setopt(easy, CURLOPT_CAINFO_BLOB, NULL);
-	}
+	/* nothing may point into the call that ended (it is freed) */
+	curl_easy_setopt(easy, CURLOPT_PRIVATE, NULL);
+	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, NULL);
+	curl_easy_setopt(easy, CURLOPT_HTTPHEADER, NULL);
+	curl_easy_setopt(easy, CURLOPT_WRITEDATA, NULL);
+	curl_easy_setopt(easy, CURLOPT_READDATA, NULL);
+	curl_easy_setopt(easy, CURLOPT_POSTFIELDS, NULL);
+	curl_easy_setopt(easy, CURLOPT_CURLU, NULL);
+	/* and libcurl's copy of a CA certificate goes (the next call sets its own) */
+	curl_easy_setopt(easy, CURLOPT_CAINFO_BLOB, NULL);
 	idle_handles[n_idle++] = easy;
 }
 
@@ -146,8 +151,9 @@ read_cb(char *buffer, size_t size, size_t nitems, void *userdata)
 	NotifCall  *call = (NotifCall *) userdata;
 	size_t		n;
 
+	/* never so: a call without CURLOPT_POSTFIELDS has READDATA set */
 	if (call == NULL)
-		return CURL_READFUNC_ABORT; /* not a call's body: never sent */
+		return CURL_READFUNC_ABORT;
 	n = Min(size * nitems, call->body_len - call->body_sent);
 	memcpy(buffer, call->body + call->body_sent, n);
 	call->body_sent += n;
@@ -208,6 +214,16 @@ notif_http_inflight(void)
 	return n_inflight;
 }
 
+/*
+ * The lane's configuration was read again: the connections of providers
+ * that left it close once their calls end (http_pools.c).
+ */
+void
+notif_http_config_read(const NotifTypeConf *types, int n)
+{
+	notif_pools_keep_only(types, n);
+}
+
 /* milliseconds until libcurl wants a timeout call or a spare pool closes; -1 for none */
 long
 notif_http_timeout_ms(void)
@@ -225,17 +241,17 @@ notif_http_timeout_ms(void)
 
 /*
  * A call's transfer leaves its pool (it ended at "when"): the handle goes
- * back to the idle ones (reset or not: put_handle), its request is freed,
+ * back to the idle ones unless "discard" (put_handle), its request is freed,
  * and a pool left without calls counts as unused from then.
  */
 static void
-leave_pool(NotifCall *call, TimestampTz when, bool reset)
+leave_pool(NotifCall *call, TimestampTz when, bool discard)
 {
 	HttpPool   *pool = notif_pool(call->pool);
 
 	curl_multi_remove_handle(pool->multi, call->easy);
 	notif_pool_leave(pool, when);
-	put_handle(call->easy, reset);
+	put_handle(call->easy, discard);
 	call->easy = NULL;
 	notif_free_request(call);
 }
@@ -247,7 +263,7 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 	NotifCall  *call;
 	curl_off_t	retry_after = 0;
 	long		request_size = 0;
-	long		connects = 0;
+	curl_off_t	resent = 0;
 
 	curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **) &call);
 	call->ended_at = GetCurrentTimestamp();
@@ -255,7 +271,7 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 	curl_easy_getinfo(easy, CURLINFO_REQUEST_SIZE, &request_size);
 	curl_easy_getinfo(easy, CURLINFO_RETRY_AFTER, &retry_after);
 	curl_easy_getinfo(easy, CURLINFO_HTTP_VERSION, &call->http_version);
-	curl_easy_getinfo(easy, CURLINFO_NUM_CONNECTS, &connects);
+	curl_easy_getinfo(easy, CURLINFO_REDIRECT_TIME_T, &resent);	/* > 0: sent again */
 	call->retry_after_ms = (int64) retry_after * 1000;
 	call->outcome = notif_classify(result, call->http_status,
 								   request_size > 0 || call->body_sent > 0);
@@ -269,7 +285,7 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 	if (call->on_done == NULL && call->http_status != 0)
 		notif_pool_answered(pool, call->http_version);
 
-	leave_pool(call, call->ended_at, result != CURLE_OK || connects > 0);
+	leave_pool(call, call->ended_at, result != CURLE_OK || resent > 0);
 	dlist_delete(&call->node);
 	if (call->on_done)
 	{
@@ -399,7 +415,14 @@ start(NotifCall *call)
 
 	/* every option that a call may set, for each call: see put_handle */
 	curl_easy_setopt(easy, CURLOPT_PRIVATE, call);
-	curl_easy_setopt(easy, CURLOPT_URL, call->url);
+	if (curl_easy_setopt(easy, CURLOPT_URL, call->url) != CURLE_OK)
+	{
+		/* (else libcurl would fail the call with the last call's answer read) */
+		put_handle(easy, true);
+		call->easy = NULL;
+		call->error = "could not start the call: out of memory";
+		return false;
+	}
 	/*
 	 * Parsed once (libcurl then uses it and need not parse the string), or
 	 * NULL.  The string is given all the same, so that what libcurl holds

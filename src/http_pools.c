@@ -2,7 +2,7 @@
  *
  * http_pools.c
  *      A sender's libcurl connection pools: which multi handle a call goes
- *      through, and when a spare one closes.
+ *      through, and when one closes.
  *
  * Each HTTPS provider has a multi handle of its own (one per provider and
  * lane), which negotiates HTTP/2 (ALPN) and multiplexes its calls over at
@@ -21,6 +21,15 @@
  * one pool those walks were a quarter of libcurl's work per call.  A plain
  * pool other than the first closes, with its connections, after
  * notif_deliver.spare_connections_idle without a call.
+ *
+ * An HTTPS pool stays open while its provider is one of the lane's (a push
+ * platform wants its connections kept, not opened again and again).  When
+ * the provider leaves the lane's configuration (its types paused, moved or
+ * pointed elsewhere, the provider renamed), the pool closes with its
+ * connections once its last call has ended, and its slot can take another
+ * provider.  Left open, its connections would stay for the sender's life:
+ * libcurl looks after a pool's idle connections only when the pool starts
+ * a call.
  *
  * All pools share the sender's epoll set (http_sockets.c); an event
  * carries its pool's index, given to libcurl as the socket callback's
@@ -148,20 +157,24 @@ plain_pool(void)
 }
 
 /*
- * Close the spare plain pools (all but the first) unused for
- * notif_deliver.spare_connections_idle, with their connections.  libcurl
- * looks after a pool's idle connections (closes those the provider closed,
- * or idle too long) only when the pool starts a call, and calls go to the
- * first pools: after a peak, the connections of a pool no longer used would
- * stay, dead or alive, for the sender's life.  spare_close_at() says when
- * the next is due (the sender's wait ends then).
+ * Close the pools no longer needed, with their connections: an HTTPS pool
+ * whose provider left the lane, once its calls have ended; a spare plain
+ * pool (all but the first) unused for notif_deliver.spare_connections_idle.
+ * libcurl looks after a pool's idle connections (closes those the provider
+ * closed, or idle too long) only when the pool starts a call, and calls go
+ * to the first pools: after a peak, the connections of a pool no longer
+ * used would stay, dead or alive, for the sender's life.  close_at() says
+ * when the next is due (the sender's wait ends then).
  */
 static TimestampTz
-spare_close_at(HttpPool *pool)
+close_at(HttpPool *pool)
 {
-	if (pool == &pools[0] || pool->provider[0] != '\0' || pool->multi == NULL ||
-		pool->calls > 0 || pool->unused_since == 0)
-		return 0;				/* the first plain pool stays open */
+	if (pool->multi == NULL || pool->calls > 0)
+		return 0;
+	if (pool->retired)
+		return 1;				/* at once */
+	if (pool == &pools[0] || pool->provider[0] != '\0' || pool->unused_since == 0)
+		return 0;				/* the first plain pool, and the lane's providers', stay open */
 	return TimestampTzPlusMilliseconds(pool->unused_since, notif_spare_connections_idle_ms);
 }
 
@@ -173,15 +186,40 @@ notif_pools_close_spare(TimestampTz now)
 	for (i = 0; i < n_pools; i++)
 	{
 		HttpPool   *pool = &pools[i];
-		TimestampTz close_at = spare_close_at(pool);
+		TimestampTz at = close_at(pool);
 
-		if (close_at != 0 && now >= close_at)
+		if (at != 0 && now >= at)
 		{
 			curl_multi_cleanup(pool->multi);	/* its sockets leave the epoll set */
 			pool->multi = NULL;
 			pool->timer_at = 0;
 			pool->unused_since = 0;
 		}
+	}
+}
+
+/*
+ * The lane's configuration was read again: the HTTPS pools of providers
+ * no longer among its types' are retired (closed by notif_pools_close_spare
+ * once unused), and those of providers back in it are not.
+ */
+void
+notif_pools_keep_only(const NotifTypeConf *types, int n)
+{
+	int			i,
+				j;
+
+	for (i = 0; i < n_pools; i++)
+	{
+		HttpPool   *pool = &pools[i];
+		bool		wanted = false;
+
+		if (pool->provider[0] == '\0' || pool->multi == NULL)
+			continue;
+		for (j = 0; j < n && !wanted; j++)
+			wanted = types[j].provider.url != NULL &&
+				strcmp(types[j].provider.name, pool->provider) == 0;
+		pool->retired = !wanted;
 	}
 }
 
@@ -194,11 +232,23 @@ notif_pool_for(NotifCall *call)
 
 	if (https && call->provider && call->provider[0])
 	{
-		for (i = 0; i < n_pools; i++)
-			if (strcmp(pools[i].provider, call->provider) == 0)
-			{
-				HttpPool   *pool = &pools[i];
+		int			closed = -1;
 
+		for (i = 0; i < n_pools; i++)
+		{
+			HttpPool   *pool = &pools[i];
+
+			if (pool->provider[0] == '\0')
+				continue;
+			if (pool->multi == NULL)
+			{
+				/* a retired provider's slot, closed: free for any */
+				if (closed < 0)
+					closed = i;
+				continue;
+			}
+			if (strcmp(pool->provider, call->provider) == 0)
+			{
 				/* max_connections changed (the cap stays lifted over HTTP/1.1) */
 				if (pool->max_connections != call->max_connections)
 				{
@@ -209,6 +259,9 @@ notif_pool_for(NotifCall *call)
 				}
 				return pool;
 			}
+		}
+		if (closed >= 0 && open_pool(closed, call->provider, call->max_connections))
+			return &pools[closed];
 		if (n_pools - n_plain_pools < MAX_HTTPS_POOLS && n_pools < MAX_POOLS)
 		{
 			HttpPool   *pool = new_pool(call->provider, call->max_connections);
@@ -283,12 +336,12 @@ notif_pools_next_at(void)
 
 	for (i = 0; i < n_pools; i++)
 	{
-		TimestampTz close_at = spare_close_at(&pools[i]);
+		TimestampTz at = close_at(&pools[i]);
 
 		if (pools[i].timer_at != 0 && (next_at == 0 || pools[i].timer_at < next_at))
 			next_at = pools[i].timer_at;
-		if (close_at != 0 && (next_at == 0 || close_at < next_at))
-			next_at = close_at;
+		if (at != 0 && (next_at == 0 || at < next_at))
+			next_at = at;
 	}
 	return next_at;
 }

@@ -150,7 +150,7 @@ notif_http_socket_drop(curl_socket_t fd)
 		st->watched = false;
 }
 
-/* For every easy handle, after its reset (which clears them). */
+/* For every easy handle, once (http.c's handle_defaults). */
 void
 notif_http_socket_callbacks(CURL *easy)
 {

@@ -31,6 +31,7 @@ extern char *notif_push_auth_header(const NotifProviderConf *provider, uint64 *g
 extern void notif_push_auth_refused(const char *provider, uint64 generation,
 									bool expired, const char *reason);
 extern void notif_push_auth_accepted(const char *provider, uint64 generation);
+extern void notif_push_auth_keep_only(const NotifTypeConf *types, int n);
 
 /* push_sql.c: list the dead device tokens of the finished calls */
 extern void notif_push_record_unregistered(dlist_head *finished);

@@ -72,6 +72,7 @@ typedef struct ProviderAuth
 
 static ProviderAuth auths[MAX_AUTH_PROVIDERS];
 static MemoryContext auth_cxt = NULL;
+static bool full_warned = false;	/* since the configuration was last read */
 
 static void
 free_secret(char *s)
@@ -148,7 +149,15 @@ auth_of(const NotifProviderConf *p)
 	if (pa)
 		reset(pa);
 	else if ((pa = free_slot) == NULL)
+	{
+		if (!full_warned)
+			ereport(WARNING,
+					(errmsg("notif_deliver: the jobs of provider \"%s\" wait: this sender holds the tokens of %d providers already",
+							p->name, MAX_AUTH_PROVIDERS),
+					 errhint("Move some of the lane's push providers' types to another lane.")));
+		full_warned = true;
 		return NULL;
+	}
 
 	pa->in_use = true;
 	strlcpy(pa->name, p->name, sizeof(pa->name));
@@ -163,6 +172,32 @@ auth_of(const NotifProviderConf *p)
 				(errmsg("notif_deliver: the credentials of provider \"%s\" are unusable; its jobs wait",
 						p->name)));
 	return pa;
+}
+
+/*
+ * The lane's configuration was read again: the token state of providers
+ * no longer among its types' is dropped (their tokens wiped), so that its
+ * slot can take another provider's.
+ */
+void
+notif_push_auth_keep_only(const NotifTypeConf *types, int n)
+{
+	int			i,
+				j;
+
+	for (i = 0; i < MAX_AUTH_PROVIDERS; i++)
+	{
+		bool		wanted = false;
+
+		if (!auths[i].in_use)
+			continue;
+		for (j = 0; j < n && !wanted; j++)
+			wanted = types[j].provider.auth != AUTH_NONE &&
+				strcmp(types[j].provider.name, auths[i].name) == 0;
+		if (!wanted)
+			reset(&auths[i]);
+	}
+	full_warned = false;
 }
 
 static ProviderAuth *

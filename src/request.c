@@ -161,34 +161,28 @@ with_ref_field(Jsonb *payload, const char *field, const char *key)
 }
 
 /*
- * A provider's URL parsed once (when its configuration is read), or NULL
- * if libcurl's parser refuses it: a call then gives the string alone, and
- * libcurl's own error for it is the call's.
+ * A provider's URL parsed once, when its configuration is read, for the
+ * formats whose calls all go to it (json, form, fcm; a query or apns call
+ * builds its own).  NULL for the others, or if libcurl's parser refuses
+ * it: a call then gives the string alone, and libcurl's own error for it
+ * is the call's.
  */
 CURLU *
-notif_url_parse(const char *url)
+notif_url_parse(const NotifProviderConf *provider)
 {
 	CURLU	   *u;
 
-	if (url == NULL || (u = curl_url()) == NULL)
+	if (provider->url == NULL ||
+		(provider->format != FORMAT_JSON && provider->format != FORMAT_FORM &&
+		 provider->format != FORMAT_FCM))
 		return NULL;
-	if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK)
+	u = curl_url();
+	if (u != NULL && curl_url_set(u, CURLUPART_URL, provider->url, 0) != CURLUE_OK)
 	{
 		curl_url_cleanup(u);
-		return NULL;
+		u = NULL;
 	}
 	return u;
-}
-
-/*
- * A call's own copy of its provider's parsed URL (the provider's may be
- * freed by a configuration change while the call is in flight), so that
- * libcurl need not parse the URL again at each call; NULL: it does.
- */
-CURLU *
-notif_url_copy(const NotifProviderConf *provider)
-{
-	return provider->curlu ? curl_url_dup(provider->curlu) : NULL;
 }
 
 /*
@@ -224,14 +218,12 @@ notif_build_request(NotifCall *call, const NotifProviderConf *provider,
 	{
 		case FORMAT_JSON:
 			call->url = pstrdup(provider->url);
-			call->curlu = notif_url_copy(provider);
 			call->body = JsonbToCString(NULL, &payload->root, VARSIZE(payload));
 			call->body_len = strlen(call->body);
 			h = curl_slist_append(h, "Content-Type: application/json");
 			break;
 		case FORMAT_FORM:
 			call->url = pstrdup(provider->url);
-			call->curlu = notif_url_copy(provider);
 			append_pairs(&buf, payload);
 			call->body = buf.data;
 			call->body_len = buf.len;
@@ -263,6 +255,15 @@ notif_build_request(NotifCall *call, const NotifProviderConf *provider,
 	if (h == NULL)
 		elog(ERROR, "out of memory building request headers");
 	call->headers = h;
+
+	/*
+	 * The call's own copy of its provider's parsed URL (the provider's may
+	 * be freed by a configuration change while the call is in flight), so
+	 * that libcurl need not parse the URL again; NULL: it does.  Last, as
+	 * nothing may throw after it (a copy would leak).
+	 */
+	if (provider->curlu)
+		call->curlu = curl_url_dup(provider->curlu);
 }
 
 void

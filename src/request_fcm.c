@@ -29,7 +29,6 @@ notif_build_fcm(NotifCall *call, const NotifProviderConf *provider,
 	(void) JsonbToCString(&buf, &payload->root, VARSIZE(payload));
 	appendStringInfoChar(&buf, '}');
 	call->url = pstrdup(provider->url);
-	call->curlu = notif_url_copy(provider);
 	call->body = buf.data;
 	call->body_len = buf.len;
 

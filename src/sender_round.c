@@ -86,7 +86,7 @@ reload_config(void)
 	for (i = 0; i < n; i++)
 	{
 		fresh[i].provider.throttle = notif_throttle_attach(fresh[i].provider.name, sender.slot);
-		fresh[i].provider.curlu = notif_url_parse(fresh[i].provider.url);
+		fresh[i].provider.curlu = notif_url_parse(&fresh[i].provider);
 		fresh[i].provider.max_connections =
 			notif_sender_share(fresh[i].provider.max_connections, sender.lane_senders);
 	}
@@ -96,6 +96,8 @@ reload_config(void)
 	sender.config_cxt = cxt;
 	sender.types = fresh;
 	sender.n_types = n;
+	notif_http_config_read(fresh, n);
+	notif_push_auth_keep_only(fresh, n);
 	sender.config_generation = generation;
 	pg_atomic_write_u64(&sender.slot->config_seen, generation);
 	sender.config_stale = false;

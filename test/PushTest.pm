@@ -88,11 +88,14 @@ sub wait_port
 
 # The rig: push_sim behind nghttpx.  Returns { front, back, base, accesslog, sim_log }.
 # Options are push_sim's, but front_streams: the streams the front lets one
-# connection carry at once (200 by default).
+# connection carry at once (200 by default), and front_idle: how long the
+# front keeps an idle HTTP/2 connection open (nghttpx's default, 3m, unless
+# given).
 sub start_push_rig
 {
 	my ($keys, %opt) = @_;
 	my $streams = delete $opt{front_streams} // 200;
+	my $idle = delete $opt{front_idle};
 	my $back = PostgreSQL::Test::Cluster::get_free_port();
 	my $front = PostgreSQL::Test::Cluster::get_free_port();
 	my $dir = $keys->{dir};
@@ -109,6 +112,7 @@ sub start_push_rig
 		"--accesslog-file=$rig->{accesslog}",
 		'--accesslog-format=$remote_port $alpn $method $path $status',
 		"--frontend-http2-max-concurrent-streams=$streams",
+		(defined $idle ? ("--frontend-http2-read-timeout=$idle") : ()),
 		$keys->{key}, $keys->{cert});
 	wait_port($front, 'nghttpx');
 	return $rig;

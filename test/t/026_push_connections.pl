@@ -25,7 +25,7 @@ my $keys = make_push_keys();
 my $node = new_node('push_connections',
 	'notif_deliver.senders_per_lane' => 2,
 	'notif_deliver.max_lanes' => 1);
-my $rig = start_push_rig($keys, 'delay-ms' => 500, front_streams => 4);
+my $rig = start_push_rig($keys, 'delay-ms' => 500, front_streams => 4, front_idle => '30m');
 my $p8 = JSON::PP->new->canonical->encode({
 	key_id => 'KEYID12345', team_id => 'TEAMID1234', private_key => $keys->{ec_key} });
 (my $p8_sql = $p8) =~ s/'/''/g;
@@ -33,7 +33,9 @@ my $p8 = JSON::PP->new->canonical->encode({
 $node->safe_psql('postgres', "
 	INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert, max_connections, timeout)
 	VALUES ('apns', '$rig->{base}', 'apns', 'apns_token', '$p8_sql', '$ca', 4, '10 s');
-	INSERT INTO notif_type (code, delivery, max_tries, provider, lane) VALUES ('apns_push', 'at_least_once', 3, 'apns', 'push')");
+	INSERT INTO notif_type (code, delivery, max_tries, provider, lane) VALUES ('apns_push', 'at_least_once', 3, 'apns', 'push');
+	-- a second type keeps the lane (and its sender) when apns_push is paused
+	INSERT INTO notif_type (code, delivery, max_tries, lane) VALUES ('push_other', 'at_least_once', 3, 'push')");
 
 ok($node->wait_for_log(qr/lane "push" lacks a sender: more than 1 senders/),
 	'max_lanes = 1: the lane has one of its two senders, and the launcher says so');
@@ -49,12 +51,17 @@ $node->safe_psql('postgres', q{
 
 # the sender's connections to the front open at once, as the kernel lists
 # them, sampled until the jobs are sent
+sub front_open
+{
+	return scalar grep { /\S/ } split /\n/, `ss -Htn state established '( dport = :$rig->{front} )'`;
+}
+
 my ($most, $sent) = (0, 0);
 my $deadline = time + 120;
 while (time < $deadline)
 {
-	my @open = grep { /\S/ } split /\n/, `ss -Htn state established '( dport = :$rig->{front} )'`;
-	$most = scalar(@open) if @open > $most;
+	my $open = front_open();
+	$most = $open if $open > $most;
 	$sent = $node->safe_psql('postgres', q{SELECT count(*) FROM notif_job WHERE kind = 'apns_push' AND status = 'sent'});
 	last if $sent == 80;
 	usleep(20_000);
@@ -66,5 +73,59 @@ my $conns = front_connections($rig, qr{^/3/device/});
 is($conns->{h2}, $conns->{calls}, "all $conns->{calls} calls over HTTP/2");
 cmp_ok($most, '>', 2, "the one running sender had more connections open at once ($most) than a share of 2");
 cmp_ok($most, '<=', 4, 'and no more than max_connections = 4');
+
+# the provider leaves the lane: its connections close
+cmp_ok(front_open(), '>', 0, 'the connections to the provider stay open while it is the lane\'s');
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = true WHERE code = 'apns_push'});
+ok(wait_config_read($node, 'push'), 'the sender read the lane without the provider');
+my $left = front_open();
+$deadline = time + $PostgreSQL::Test::Utils::timeout_default;
+while ($left > 0 && time < $deadline)
+{
+	usleep(50_000);
+	$left = front_open();
+}
+is($left, 0, 'the sender closed its connections to a provider no longer in its lane');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM notif_workers() WHERE role = 'sender' AND pid IS NOT NULL}),
+	'1', 'the sender still runs (the lane has another type)');
+
+# and back: the pool opens again
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = false WHERE code = 'apns_push'});
+$node->safe_psql('postgres', q{
+	SELECT notif_enqueue(g, 'apns_push', 'c' || g,
+	                     jsonb_build_object('device_token', 'd4e5f6' || g,
+	                                        'headers', '{"apns-push-type": "alert", "apns-topic": "com.example.app"}'::jsonb,
+	                                        'aps', '{"alert": "again"}'::jsonb))
+	  FROM generate_series(1, 8) g});
+ok(wait_until($node, q{SELECT count(*) = 8 FROM notif_job WHERE kind = 'apns_push' AND order_id LIKE 'c%' AND status = 'sent'}),
+	'resumed, the provider\'s jobs are sent over new connections');
+cmp_ok(front_open(), '>', 0, 'which stay open');
+
+# 70 providers, 10 at a time in the lane
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = true WHERE code = 'apns_push'});
+$node->safe_psql('postgres', qq{
+	INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert, timeout)
+	SELECT 'apns_' || i, '$rig->{base}', 'apns', 'apns_token', '$p8_sql', '$ca', '10 s'
+	  FROM generate_series(1, 70) i;
+	INSERT INTO notif_type (code, delivery, max_tries, provider, lane, paused)
+	SELECT 'many_' || i, 'at_least_once', 3, 'apns_' || i, 'push', true
+	  FROM generate_series(1, 70) i});
+for my $batch (0 .. 6)
+{
+	my ($from, $to) = (10 * $batch + 1, 10 * $batch + 10);
+	$node->safe_psql('postgres', qq{
+		UPDATE notif_type SET paused = NOT (substr(code, 6)::int BETWEEN $from AND $to) WHERE code LIKE 'many_%';
+		SELECT notif_enqueue(1, 'many_' || i, 'm',
+		                     jsonb_build_object('device_token', 'ee' || lpad(i::text, 4, '0'),
+		                                        'headers', '{"apns-push-type": "alert", "apns-topic": "com.example.app"}'::jsonb,
+		                                        'aps', '{"alert": "many"}'::jsonb))
+		  FROM generate_series($from, $to) i});
+	ok(wait_until($node, qq{SELECT count(*) = 10 FROM notif_job
+	                         WHERE kind LIKE 'many_%' AND substr(kind, 6)::int BETWEEN $from AND $to AND status = 'sent'}),
+		"providers $from to $to: their jobs are sent");
+}
+my $many = front_connections($rig, qr{^/3/device/ee});
+is($many->{calls}, 70, 'the 70 providers\' calls reached the front');
+is($many->{h2}, 70, 'all of them over HTTP/2, the last 6 providers\' too (their pools took the slots of providers gone)');
 
 done_testing();

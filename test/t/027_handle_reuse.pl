@@ -3,10 +3,13 @@
 # sender with one call in flight reuses one handle for every call, over one
 # kept-alive connection, while the calls change their shape: POST from a
 # buffer (at_least_once), POST through the read callback (at_most_once),
-# GET (query format), each provider with its own URL and static header.
-# Each request must arrive as its own call built it; and the at_most_once
-# guard must hold on a handle whose last call was an at_least_once POST
-# (libcurl re-sends a buffer on its own, never the read callback's body).
+# POST without a body on a fresh connection (at_most_once), GET (query
+# format), each provider with its own URL and static header.  The calls
+# are queued at once and run back to back (a type each, in priority
+# order), so the sender never idles long enough to free its handle.  Each
+# request must arrive as its own call built it; and the at_most_once guard
+# must hold on a handle whose last call was an at_least_once POST (libcurl
+# re-sends a buffer on its own, never the read callback's body).
 use strict;
 use warnings;
 use lib 'test';
@@ -26,6 +29,7 @@ my %providers = (
 	r_query => ['query', 'at_least_once', "$base/cgi-bin/sendsms?user=q", 'X-From-Query'],
 	r_amo => ['json', 'at_most_once', "$base/amo/send", 'X-From-Amo'],
 	r_amo_form => ['form', 'at_most_once', "$base/amo-form/send", 'X-From-Amo-Form'],
+	r_amo_empty => ['form', 'at_most_once', "$base/amo-empty/send", 'X-From-Amo-Empty'],
 );
 for my $p (sort keys %providers)
 {
@@ -65,24 +69,44 @@ sub headers_of
 	return \%h;
 }
 
-# One job at a time, the shapes interleaved so that each follows others.
-my @sequence = qw(r_json r_query r_amo r_form r_query r_amo_form r_json r_amo r_query r_json r_amo_form r_form);
-my $n = 0;
+# The shapes interleaved so that each follows the others: call k is a job
+# of type seq_k (priority 100 - k), sent to its provider.
+my @sequence = qw(r_json r_query r_amo r_form r_query r_amo_form r_json r_amo
+  r_amo_empty r_query r_json r_amo_form r_amo_empty r_form r_amo r_json);
+my $k = 0;
 for my $p (@sequence)
 {
+	$k++;
+	my $delivery = $providers{$p}[1];
+	$node->safe_psql('postgres', qq{
+		INSERT INTO notif_type (code, delivery, max_tries, provider, lane, priority, paused)
+		VALUES ('seq_$k', '$delivery', 1, '$p', 'reuse', 100 - $k, true)});
+}
+my $values = join(', ', map {
+		my $payload = $sequence[$_ - 1] eq 'r_amo_empty' ? '{}' : qq({"to":"+84900000007","text":"o$_"});
+		"('seq_$_', '$payload')"
+	} 1 .. $k);
+$node->safe_psql('postgres', qq{
+	SELECT count(notif_enqueue(7, kind, 'o', payload::jsonb)) FROM (VALUES $values) v(kind, payload);
+	UPDATE notif_type SET paused = false WHERE code LIKE 'seq_%'});
+ok(wait_until($node, q{SELECT count(*) = 0 FROM notif_job WHERE kind LIKE 'seq_%' AND (status IN ('queued', 'sending') OR claimed_by IS NOT NULL)}),
+	"the $k calls finished");
+is($node->safe_psql('postgres', q{SELECT string_agg(kind, ' ' ORDER BY sent_at) FROM notif_job WHERE kind LIKE 'seq_%'}),
+	join(' ', map { "seq_$_" } 1 .. $k), 'they were sent one after the other, in the order of the sequence');
+for my $n (1 .. $k)
+{
+	my $p = $sequence[$n - 1];
 	my ($format, $delivery, $url, $header) = @{ $providers{$p} };
-	my $order = 'o' . ++$n;
-	my $id = enqueue($p, $order);
-	ok(wait_final($id), "call $n ($p) finished");
+	my $key = "seq_$n:7:o";
+	my $id = $node->safe_psql('postgres', "SELECT id FROM notif_job WHERE kind = 'seq_$n'");
 	is(job_row($node, $id), 'sent accepted 1 200', "call $n ($p): accepted");
-	my $key = "$p:7:$order";
 	my $r = last_request($sim, $key);
 	my $h = headers_of($r);
 	(my $target = $url) =~ s{^\Q$base\E}{};
 	if ($format eq 'query')
 	{
 		is($r->{method}, 'GET', "call $n ($p): GET");
-		like($r->{target}, qr{^\Q$target\E&to=%2B84900000007&text=$order$}, "call $n ($p): its own URL and query");
+		like($r->{target}, qr{^\Q$target\E&to=%2B84900000007&text=o$n$}, "call $n ($p): its own URL and query");
 		is($r->{'body-length'}, '0', "call $n ($p): no body");
 		ok(!exists $h->{'Content-Type'}, "call $n ($p): no Content-Type");
 	}
@@ -92,8 +116,8 @@ for my $p (@sequence)
 		is($r->{target}, $target, "call $n ($p): its own URL");
 		my $body = $format eq 'json'
 		  ? $node->safe_psql('postgres', "SELECT payload::text FROM notif_job WHERE id = $id")
-		  : "to=%2B84900000007&text=$order";
-		is($r->{body}, $body, "call $n ($p): its own body");
+		  : $p eq 'r_amo_empty' ? '' : "to=%2B84900000007&text=o$n";
+		is($r->{body} // '', $body, "call $n ($p): its own body");
 		is($h->{'Content-Type'},
 			$format eq 'json' ? 'application/json' : 'application/x-www-form-urlencoded',
 			"call $n ($p): its Content-Type");
@@ -103,6 +127,7 @@ for my $p (@sequence)
 	is(scalar(grep { /^X-From-/ } keys %$h), 1, "call $n ($p): no other provider's header");
 	is(ledger_key($sim, $key), '1 1 1', "call $n ($p): received once");
 }
+
 # The at_most_once guard on a handle whose last call gave libcurl a buffer
 # to re-send: the connection is reset right after the request was read.
 for my $p ('r_json', 'r_amo')
@@ -118,8 +143,8 @@ ok(wait_final($amo), 'the at_most_once call after it finished');
 is(job_row($node, $amo), 'sent unknown 1 -', 'at_most_once, reset after receipt: sent/unknown');
 is(ledger_key($sim, 'r_amo:7:hit'), '1 0 1', 'at_most_once: the provider got it exactly once (no re-send)');
 
-# And libcurl's re-send of an at_least_once call goes to that call's URL,
-# not the one before: warm the connection with another provider first.
+# And libcurl's re-send of an at_least_once call goes to that call's URL
+# (the handle's last call went elsewhere).
 my $warm2 = enqueue('r_query', 'warm2');
 ok(wait_final($warm2), 'a GET to another URL went out over the kept-alive connection');
 my $alo = enqueue('r_json', 'hit');
