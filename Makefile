@@ -35,6 +35,7 @@ OBJS = \
 	src/job_state_sql.o \
 	src/job_sql.o \
 	src/planner_policy.o \
+	src/job_rows.o \
 	src/lane_config.o \
 	src/spi_values.o \
 	src/request.o \

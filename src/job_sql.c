@@ -454,31 +454,10 @@ notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, int64 incar
 		Int32GetDatum(claimed->tries == TRIES_COUNTED ? 1 : 0),
 		CStringGetTextDatum(notif_status_name((NotifStatus) late->to)),
 	CStringGetTextDatum(late->note)};
-	NotifClaimedJob *jobs;
-	uint64		i;
 
 	Assert(claimed->holds && !late->holds && late->tries == TRIES_KEPT);
 	run_with(PLAN_CLAIM, values, NULL, false, SPI_OK_SELECT, snapshot);
-	jobs = MemoryContextAllocZero(cxt, sizeof(NotifClaimedJob) * Max(SPI_processed, 1));
-	for (i = 0; i < SPI_processed; i++)
-	{
-		NotifClaimedJob *j = &jobs[i];
-		bool		isnull;
-		MemoryContext old;
-
-		j->id = spi_col_int(i, 1);
-		j->user_id = spi_col_int(i, 2);
-		j->order_id = spi_col_text(i, 3, cxt);
-		old = MemoryContextSwitchTo(cxt);
-		j->payload = DatumGetJsonbPCopy(spi_col(i, 4, &isnull));
-		MemoryContextSwitchTo(old);
-		j->deadline_passed = DatumGetBool(spi_col(i, 5, &isnull));
-		j->tries = spi_col_int(i, 6);
-		j->deadline_at = spi_col_timestamptz(i, 7);
-		j->earlier_tries = spi_col_int(i, 8);
-	}
-	*out = jobs;
-	return (int) SPI_processed;
+	return notif_claimed_from_rows(cxt, out);	/* job_rows.c */
 }
 
 void
@@ -544,7 +523,6 @@ notif_sql_orphans(const int64 *live, int n_live, MemoryContext cxt, NotifOrphanJ
 {
 	Datum	   *live_elems = palloc(sizeof(Datum) * Max(n_live, 1));
 	Datum		values[1];
-	NotifOrphanJob *jobs;
 	int			i;
 
 	for (i = 0; i < n_live; i++)
@@ -552,26 +530,7 @@ notif_sql_orphans(const int64 *live, int n_live, MemoryContext cxt, NotifOrphanJ
 	values[0] = spi_array_of(live_elems, NULL, n_live, INT8OID);
 
 	run(PLAN_ORPHANS, values, NULL, false, SPI_OK_SELECT);
-	jobs = MemoryContextAllocZero(cxt, sizeof(NotifOrphanJob) * Max(SPI_processed, 1));
-	for (i = 0; i < (int) SPI_processed; i++)
-	{
-		NotifOrphanJob *j = &jobs[i];
-
-		j->job.id = spi_col_int(i, 1);
-		j->kind = spi_col_text(i, 2, cxt);
-		j->status = notif_status_from_name(spi_col_text(i, 3, cxt));
-		j->job.delivery = notif_delivery_claimed_as(j->status);
-		j->job.tries = spi_col_int(i, 4);
-		j->job.claimed_by = spi_col_int(i, 5);
-		j->claimed_at = spi_col_timestamptz(i, 6);
-		j->job.deadline_at = spi_col_timestamptz(i, 7);
-		j->job.policy.max_tries = spi_col_int(i, 8);
-		j->job.policy.backoff_min_ms = spi_col_int(i, 9);
-		j->job.policy.backoff_max_ms = spi_col_int(i, 10);
-		j->job.earlier_tries = spi_col_int(i, 11);
-	}
-	*out = jobs;
-	return (int) SPI_processed;
+	return notif_orphans_from_rows(cxt, out);	/* job_rows.c */
 }
 
 /* The highest incarnation that holds a job (0 if none). */

@@ -76,4 +76,8 @@ extern int64 notif_sql_purge(int batch_size);
 /* lane_config.c */
 extern int	notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out);
 
+/* job_rows.c */
+extern int	notif_claimed_from_rows(MemoryContext cxt, NotifClaimedJob **out);
+extern int	notif_orphans_from_rows(MemoryContext cxt, NotifOrphanJob **out);
+
 #endif							/* NOTIF_JOB_SQL_H */
