@@ -12,7 +12,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-our @EXPORT = qw(new_node configure_node start_sim sim_get ledger ledger_key stats wait_until
+our @EXPORT = qw(new_node configure_node start_sim sim_get ledger ledger_key stats wait_until headers_of
   job_row set_provider last_request doc_sql wait_config_read);
 
 # simulators started by this test, stopped when it ends
@@ -138,6 +138,19 @@ sub last_request
 		else { $r{$name} = $value; }
 	}
 	return \%r;
+}
+
+# The headers of a last_request, { name => value } (the last of a name).
+sub headers_of
+{
+	my ($r) = @_;
+	my %h;
+	for (@{ $r->{headers} })
+	{
+		my ($n, $v) = split /: ?/, $_, 2;
+		$h{$n} = $v;
+	}
+	return \%h;
 }
 
 sub stats

@@ -37,17 +37,6 @@ my %want_headers = (
 	'User-Agent' => 'notif_deliver/'
 	  . $node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'notif_deliver'}));
 
-sub headers_of
-{
-	my ($r) = @_;
-	my %h;
-	for (@{ $r->{headers} })
-	{
-		my ($n, $v) = split /: ?/, $_, 2;
-		$h{$n} = $v;
-	}
-	return \%h;
-}
 
 # json: the stored payload, byte for byte
 my $json = last_request($sim, 'fmt_json:5:o-1');

@@ -42,12 +42,18 @@ ok($node->wait_for_log(qr/lane "push" lacks a sender: more than 1 senders/),
 is($node->safe_psql('postgres', q{SELECT count(*) FROM notif_workers() WHERE role = 'sender' AND pid IS NOT NULL}),
 	'1', 'one sender runs');
 
-$node->safe_psql('postgres', q{
-	SELECT notif_enqueue(g, 'apns_push', 'b' || g,
-	                     jsonb_build_object('device_token', 'a1b2c3' || g,
-	                                        'headers', '{"apns-push-type": "alert", "apns-topic": "com.example.app"}'::jsonb,
-	                                        'aps', '{"alert": "hi"}'::jsonb))
-	  FROM generate_series(1, 80) g});
+# n APNs jobs of apns_push, orders and device tokens with the given prefixes
+sub enqueue_apns
+{
+	my ($n, $order, $token) = @_;
+	$node->safe_psql('postgres', qq{
+		SELECT notif_enqueue(g, 'apns_push', '$order' || g,
+		                     jsonb_build_object('device_token', '$token' || g,
+		                                        'headers', '{"apns-push-type": "alert", "apns-topic": "com.example.app"}'::jsonb,
+		                                        'aps', '{"alert": "hi"}'::jsonb))
+		  FROM generate_series(1, $n) g});
+}
+enqueue_apns(80, 'b', 'a1b2c3');
 
 # the sender's connections to the front open at once, as the kernel lists
 # them, sampled until the jobs are sent
@@ -91,12 +97,7 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM notif_workers() WHERE rol
 
 # and back: the pool opens again
 $node->safe_psql('postgres', q{UPDATE notif_type SET paused = false WHERE code = 'apns_push'});
-$node->safe_psql('postgres', q{
-	SELECT notif_enqueue(g, 'apns_push', 'c' || g,
-	                     jsonb_build_object('device_token', 'd4e5f6' || g,
-	                                        'headers', '{"apns-push-type": "alert", "apns-topic": "com.example.app"}'::jsonb,
-	                                        'aps', '{"alert": "again"}'::jsonb))
-	  FROM generate_series(1, 8) g});
+enqueue_apns(8, 'c', 'd4e5f6');
 ok(wait_until($node, q{SELECT count(*) = 8 FROM notif_job WHERE kind = 'apns_push' AND order_id LIKE 'c%' AND status = 'sent'}),
 	'resumed, the provider\'s jobs are sent over new connections');
 cmp_ok(front_open(), '>', 0, 'which stay open');

@@ -57,17 +57,6 @@ sub wait_final
 		"SELECT status NOT IN ('queued', 'sending') AND claimed_by IS NULL FROM notif_job WHERE id = $id");
 }
 
-sub headers_of
-{
-	my ($r) = @_;
-	my %h;
-	for (@{ $r->{headers} })
-	{
-		my ($n, $v) = split /: ?/, $_, 2;
-		$h{$n} = $v;
-	}
-	return \%h;
-}
 
 # The shapes interleaved so that each follows the others: call k is a job
 # of type seq_k (priority 100 - k), sent to its provider.
