@@ -122,6 +122,10 @@ struct NotifCall
 	TimestampTz unregistered_at;	/* the platform's timestamp, or the answer's */
 };
 
+/* lane_config.c */
+extern const NotifProviderConf *notif_lane_provider(const NotifTypeConf *types, int n,
+													const char *name);
+
 /* request.c */
 extern void notif_build_request(NotifCall *call, const NotifProviderConf *provider,
 								const char *key, Jsonb *payload);

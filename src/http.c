@@ -390,7 +390,7 @@ notif_http_drive(bool sockets_ready)
 		}
 		collect_done(pool);
 	}
-	notif_pools_close_spare(now);
+	notif_pools_close_unused(now);
 }
 
 /*
@@ -417,7 +417,7 @@ start(NotifCall *call)
 	curl_easy_setopt(easy, CURLOPT_PRIVATE, call);
 	if (curl_easy_setopt(easy, CURLOPT_URL, call->url) != CURLE_OK)
 	{
-		/* (else libcurl would fail the call with the last call's answer read) */
+		/* (libcurl would fail it before clearing the last call's answer, then read as this one's) */
 		put_handle(easy, true);
 		call->easy = NULL;
 		call->error = "could not start the call: out of memory";

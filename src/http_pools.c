@@ -96,7 +96,7 @@ open_pool(int i, const char *provider, long max_connections)
 		 * Idle connections for its calls, with room to spare for a lane's
 		 * several plain providers (in-use and idle ones count alike), or
 		 * its share of max_inflight past 2,048 calls.  Unused, it closes
-		 * (notif_pools_close_spare), so "never used" counts from now.
+		 * (notif_pools_close_unused), so "never used" counts from now.
 		 */
 		curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS,
 						  (long) Max(2 * PLAIN_POOL_CALLS,
@@ -179,7 +179,7 @@ close_at(HttpPool *pool)
 }
 
 void
-notif_pools_close_spare(TimestampTz now)
+notif_pools_close_unused(TimestampTz now)
 {
 	int			i;
 
@@ -200,26 +200,23 @@ notif_pools_close_spare(TimestampTz now)
 
 /*
  * The lane's configuration was read again: the HTTPS pools of providers
- * no longer among its types' are retired (closed by notif_pools_close_spare
+ * no longer among its types' are retired (closed by notif_pools_close_unused
  * once unused), and those of providers back in it are not.
  */
 void
 notif_pools_keep_only(const NotifTypeConf *types, int n)
 {
-	int			i,
-				j;
+	int			i;
 
 	for (i = 0; i < n_pools; i++)
 	{
 		HttpPool   *pool = &pools[i];
-		bool		wanted = false;
+		const NotifProviderConf *p;
 
 		if (pool->provider[0] == '\0' || pool->multi == NULL)
 			continue;
-		for (j = 0; j < n && !wanted; j++)
-			wanted = types[j].provider.url != NULL &&
-				strcmp(types[j].provider.name, pool->provider) == 0;
-		pool->retired = !wanted;
+		p = notif_lane_provider(types, n, pool->provider);
+		pool->retired = (p == NULL || p->url == NULL);
 	}
 }
 

@@ -34,7 +34,7 @@ extern void notif_pool_enter(HttpPool *pool);
 extern void notif_pool_leave(HttpPool *pool, TimestampTz when);
 extern void notif_pool_answered(HttpPool *pool, long http_version);
 extern TimestampTz notif_pools_next_at(void);
-extern void notif_pools_close_spare(TimestampTz now);
+extern void notif_pools_close_unused(TimestampTz now);
 extern void notif_pools_keep_only(const NotifTypeConf *types, int n);
 
 #endif							/* NOTIF_HTTP_POOLS_H */

@@ -182,19 +182,16 @@ auth_of(const NotifProviderConf *p)
 void
 notif_push_auth_keep_only(const NotifTypeConf *types, int n)
 {
-	int			i,
-				j;
+	int			i;
 
 	for (i = 0; i < MAX_AUTH_PROVIDERS; i++)
 	{
-		bool		wanted = false;
+		const NotifProviderConf *p;
 
 		if (!auths[i].in_use)
 			continue;
-		for (j = 0; j < n && !wanted; j++)
-			wanted = types[j].provider.auth != AUTH_NONE &&
-				strcmp(types[j].provider.name, auths[i].name) == 0;
-		if (!wanted)
+		p = notif_lane_provider(types, n, auths[i].name);
+		if (p == NULL || p->auth == AUTH_NONE)
 			reset(&auths[i]);
 	}
 	full_warned = false;
