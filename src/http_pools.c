@@ -51,6 +51,7 @@
 static HttpPool pools[MAX_POOLS];
 static int	n_pools = 0;
 static int	n_plain_pools = 0;
+static bool full_warned = false;	/* since the configuration was last read */
 
 /* libcurl tells when it next wants to be called without a socket event */
 static int
@@ -218,6 +219,7 @@ notif_pools_keep_only(const NotifTypeConf *types, int n)
 		p = notif_lane_provider(types, n, pool->provider);
 		pool->retired = (p == NULL || p->url == NULL);
 	}
+	full_warned = false;
 }
 
 /* The pool of a call: its provider's if it is HTTPS (and there is room). */
@@ -266,6 +268,14 @@ notif_pool_for(NotifCall *call)
 			if (pool)
 				return pool;
 		}
+		if (!full_warned)
+			ereport(WARNING,
+					(errmsg("notif_deliver: provider \"%s\" is called through the shared plain pools, over HTTP/1.1 and without its max_connections",
+							call->provider),
+					 errdetail("This sender has connection pools for %d https providers already.",
+							   MAX_HTTPS_POOLS),
+					 errhint("Move some of the lane's https providers' types to another lane.")));
+		full_warned = true;
 	}
 	return plain_pool();
 }
