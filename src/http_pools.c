@@ -201,8 +201,9 @@ notif_pools_close_unused(TimestampTz now)
 
 /*
  * The lane's configuration was read again: the HTTPS pools of providers
- * no longer among its types' are retired (closed by notif_pools_close_unused
- * once unused), and those of providers back in it are not.
+ * no longer among its types' are retired (closed now if they have no call,
+ * else by notif_pools_close_unused once their calls end), and those of
+ * providers back in it are not.
  */
 void
 notif_pools_keep_only(const NotifTypeConf *types, int n)
@@ -220,6 +221,8 @@ notif_pools_keep_only(const NotifTypeConf *types, int n)
 		pool->retired = (p == NULL || p->url == NULL);
 	}
 	full_warned = false;
+	/* those without calls now, so that this round's calls find their slots */
+	notif_pools_close_unused(GetCurrentTimestamp());
 }
 
 /* The pool of a call: its provider's if it is HTTPS (and there is room). */

@@ -129,4 +129,30 @@ my $many = front_connections($rig, qr{^/3/device/ee});
 is($many->{calls}, 70, 'the 70 providers\' calls reached the front');
 is($many->{h2}, 70, 'all of them over HTTP/2, the last 6 providers\' too (their pools took the slots of providers gone)');
 
+# all 70 at once: a sender holds the tokens of 64; the others' jobs wait,
+# with a WARNING, until providers leave the lane
+my $log_at = -s $node->logfile;
+$node->safe_psql('postgres', q{
+	UPDATE notif_type SET paused = false WHERE code LIKE 'many_%';
+	SELECT notif_enqueue(2, 'many_' || i, 'all',
+	                     jsonb_build_object('device_token', 'ff' || lpad(i::text, 4, '0'),
+	                                        'headers', '{"apns-push-type": "alert", "apns-topic": "com.example.app"}'::jsonb,
+	                                        'aps', '{"alert": "all"}'::jsonb))
+	  FROM generate_series(1, 70) i});
+ok($node->wait_for_log(qr/WARNING:  notif_deliver: the jobs of provider "apns_\d+" wait: this sender holds the tokens of 64 providers already/, $log_at),
+	'70 push providers at once: the sender warns that some wait');
+ok(wait_until($node, q{SELECT count(*) = 64 FROM notif_job WHERE order_id = 'all' AND status = 'sent'}),
+	'64 providers\' jobs are sent');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM notif_job WHERE order_id = 'all' AND status = 'queued'}),
+	'6', 'the other 6 wait, queued');
+my $waiting = $node->safe_psql('postgres', q{SELECT string_agg(kind, ',' ORDER BY kind) FROM notif_job WHERE order_id = 'all' AND status = 'queued'});
+$node->safe_psql('postgres', qq{
+	UPDATE notif_type SET paused = true
+	 WHERE code LIKE 'many_%' AND code <> ALL (string_to_array('$waiting', ','))
+	   AND substr(code, 6)::int <= 20});
+ok(wait_until($node, q{SELECT count(*) = 70 FROM notif_job WHERE order_id = 'all' AND status = 'sent'}),
+	'once providers left the lane, the waiting ones got tokens and their jobs were sent')
+  or diag("waiting were $waiting; now: " . $node->safe_psql('postgres', q{SELECT string_agg(kind || ' ' || status || ' ' || coalesce(last_error, '-'), '; ') FROM notif_job WHERE order_id = 'all' AND status <> 'sent'})
+	. "; unpaused: " . $node->safe_psql('postgres', q{SELECT count(*) FROM notif_type WHERE code LIKE 'many_%' AND NOT paused}));
+
 done_testing();
