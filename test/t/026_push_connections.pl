@@ -5,6 +5,16 @@
 # carry 4 calls at once, so 80 calls in flight need more connections than
 # the cap, and the cap is what the sender keeps open at once (shared by
 # the setting, it would be 2).
+#
+# Then the provider leaves the lane (its type paused): the sender closes
+# its connections to it, which it would otherwise keep for its life (the
+# front here keeps idle connections 30 minutes), and opens them again when
+# the type is resumed.  Then 70 providers come and go in batches of 10: a
+# sender has pools for 64 HTTPS providers, and those of providers that
+# left must make room for new ones (else the newest calls went through
+# the plain pools, over HTTP/1.1, which APNs refuses).  Last, all 70 at
+# once: a sender holds the tokens of 64, so the others' jobs wait, with a
+# WARNING, until some providers leave the lane.
 use strict;
 use warnings;
 use lib 'test';
