@@ -65,15 +65,15 @@ static dlist_head done_calls = DLIST_STATIC_INIT(done_calls);
  *
  * A handle whose transfer failed, or was sent again by libcurl (a re-send
  * on another connection after a kept-alive one died, or a stream the
- * server refused), is freed instead.  libcurl keeps state of such a
- * transfer in the handle that even curl_easy_reset does not clear (7.88:
- * the count of re-sends over the handle's life, at the sixth of which it
- * fails the call instead; a refused stream's flag, which lets the next
- * transfer on the handle be re-sent on a fresh connection, an at_most_once
- * call without a body included; a pending rewind), so only a new handle
- * starts clean.  A re-send shows as a redirect time (libcurl's "follow"
- * of the same URL), which a call never has otherwise: redirects are not
- * followed.
+ * server refused), is freed instead.  libcurl 7.88 keeps state of such a
+ * transfer in the handle: the count of re-sends over the handle's life (at
+ * the sixth it fails the call instead), which only curl_easy_reset clears;
+ * and two flags that not even a reset clears: a refused stream's, which
+ * lets the handle's next transfer be re-sent on a fresh connection (an
+ * at_most_once call without a body included), and a pending rewind.  So
+ * only a new handle starts clean.  A re-send shows as a redirect time
+ * (libcurl's "follow" of the same URL), which a call never has otherwise:
+ * redirects are not followed.
  */
 static CURL *idle_handles[NOTIF_MAX_INFLIGHT_LIMIT];
 static int	n_idle = 0;
@@ -393,6 +393,19 @@ notif_http_drive(bool sockets_ready)
 	notif_pools_close_unused(now);
 }
 
+/* A call whose options could not be set: nothing was sent. */
+static bool
+not_started(NotifCall *call, CURL *easy, CURLcode rc)
+{
+	MemoryContext old = MemoryContextSwitchTo(call->cxt);
+
+	put_handle(easy, true);
+	call->easy = NULL;
+	call->error = psprintf("could not start the call: %s", curl_easy_strerror(rc));
+	MemoryContextSwitchTo(old);
+	return false;
+}
+
 /*
  * Start a call whose request is built.  Returns false, with call->error
  * set, when it could not start (nothing was sent).  Never throws: the job
@@ -403,6 +416,7 @@ start(NotifCall *call)
 {
 	CURL	   *easy = get_handle();
 	HttpPool   *pool = notif_pool_for(call);
+	CURLcode	rc;
 
 	if (easy == NULL)
 	{
@@ -415,13 +429,14 @@ start(NotifCall *call)
 
 	/* every option that a call may set, for each call: see put_handle */
 	curl_easy_setopt(easy, CURLOPT_PRIVATE, call);
-	if (curl_easy_setopt(easy, CURLOPT_URL, call->url) != CURLE_OK)
+	rc = curl_easy_setopt(easy, CURLOPT_URL, call->url);
+	if (rc != CURLE_OK)
 	{
-		/* (libcurl would fail it before clearing the last call's answer, then read as this one's) */
-		put_handle(easy, true);
-		call->easy = NULL;
-		call->error = "could not start the call: out of memory";
-		return false;
+		/*
+		 * Not started: libcurl would fail the transfer before it clears the
+		 * last call's answer, which would then be read as this call's.
+		 */
+		return not_started(call, easy, rc);
 	}
 	/*
 	 * Parsed once (libcurl then uses it and need not parse the string), or
@@ -444,7 +459,12 @@ start(NotifCall *call)
 	{
 		struct curl_blob blob = {call->ca_cert, strlen(call->ca_cert), CURL_BLOB_COPY};
 
-		curl_easy_setopt(easy, CURLOPT_CAINFO_BLOB, &blob);
+		rc = curl_easy_setopt(easy, CURLOPT_CAINFO_BLOB, &blob);
+		if (rc != CURLE_OK)
+		{
+			/* else the call would trust the system's CAs, not the provider's */
+			return not_started(call, easy, rc);
+		}
 	}
 	else
 		curl_easy_setopt(easy, CURLOPT_CAINFO_BLOB, NULL);	/* the system's */

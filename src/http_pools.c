@@ -46,12 +46,14 @@
 #define MAX_HTTPS_POOLS 64			/* HTTPS providers of one lane */
 #define PLAIN_POOL_CALLS 64			/* calls in flight a plain pool takes */
 #define MAX_PLAIN_POOLS 16
-#define MAX_POOLS (MAX_HTTPS_POOLS + MAX_PLAIN_POOLS)
+/* room too for as many retired HTTPS pools still ending their calls */
+#define MAX_POOLS (2 * MAX_HTTPS_POOLS + MAX_PLAIN_POOLS)
+#define CLOSE_NOW 1					/* close_at(): due at once */
 
 static HttpPool pools[MAX_POOLS];
 static int	n_pools = 0;
 static int	n_plain_pools = 0;
-static bool full_warned = false;	/* since the configuration was last read */
+static bool full_warned = false;	/* since an HTTPS pool last opened */
 
 /* libcurl tells when it next wants to be called without a socket event */
 static int
@@ -173,9 +175,10 @@ close_at(HttpPool *pool)
 	if (pool->multi == NULL || pool->calls > 0)
 		return 0;
 	if (pool->retired)
-		return 1;				/* at once */
+		return CLOSE_NOW;
+	/* the first plain pool, and those of the lane's providers, stay open */
 	if (pool == &pools[0] || pool->provider[0] != '\0' || pool->unused_since == 0)
-		return 0;				/* the first plain pool, and the lane's providers', stay open */
+		return 0;
 	return TimestampTzPlusMilliseconds(pool->unused_since, notif_spare_connections_idle_ms);
 }
 
@@ -218,9 +221,9 @@ notif_pools_keep_only(const NotifTypeConf *types, int n)
 		if (pool->provider[0] == '\0' || pool->multi == NULL)
 			continue;
 		p = notif_lane_provider(types, n, pool->provider);
-		pool->retired = (p == NULL || p->url == NULL);
+		pool->retired = (p == NULL || p->url == NULL ||
+						 pg_strncasecmp(p->url, "https://", 8) != 0);
 	}
-	full_warned = false;
 	/* those without calls now, so that this round's calls find their slots */
 	notif_pools_close_unused(GetCurrentTimestamp());
 }
@@ -235,6 +238,7 @@ notif_pool_for(NotifCall *call)
 	if (https && call->provider && call->provider[0])
 	{
 		int			closed = -1;
+		int			live = 0;	/* open, not retired */
 
 		for (i = 0; i < n_pools; i++)
 		{
@@ -249,6 +253,8 @@ notif_pool_for(NotifCall *call)
 					closed = i;
 				continue;
 			}
+			if (!pool->retired)
+				live++;
 			if (strcmp(pool->provider, call->provider) == 0)
 			{
 				/* max_connections changed (the cap stays lifted over HTTP/1.1) */
@@ -262,20 +268,25 @@ notif_pool_for(NotifCall *call)
 				return pool;
 			}
 		}
-		if (closed >= 0 && open_pool(closed, call->provider, call->max_connections))
-			return &pools[closed];
-		if (n_pools - n_plain_pools < MAX_HTTPS_POOLS && n_pools < MAX_POOLS)
+		if (live < MAX_HTTPS_POOLS)
 		{
-			HttpPool   *pool = new_pool(call->provider, call->max_connections);
+			HttpPool   *pool = NULL;
 
+			if (closed >= 0 && open_pool(closed, call->provider, call->max_connections))
+				pool = &pools[closed];
+			else if (closed < 0 && n_pools - n_plain_pools < MAX_POOLS - MAX_PLAIN_POOLS)
+				pool = new_pool(call->provider, call->max_connections);
 			if (pool)
+			{
+				full_warned = false;
 				return pool;
+			}
 		}
 		if (!full_warned)
 			ereport(WARNING,
-					(errmsg("notif_deliver: provider \"%s\" is called through the shared plain pools, over HTTP/1.1 and without its max_connections",
+					(errmsg("notif_deliver: provider \"%s\" is called through the plain pools, over HTTP/1.1",
 							call->provider),
-					 errdetail("This sender has connection pools for %d https providers already.",
+					 errdetail("This sender has connection pools for %d https providers of its lane already; this one's max_connections does not apply.",
 							   MAX_HTTPS_POOLS),
 					 errhint("Move some of the lane's https providers' types to another lane.")));
 		full_warned = true;

@@ -92,7 +92,6 @@ notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out)
 	return (int) SPI_processed;
 }
 
-
 /* The provider of that name among the lane's types, or NULL. */
 const NotifProviderConf *
 notif_lane_provider(const NotifTypeConf *types, int n, const char *name)

@@ -54,7 +54,7 @@ typedef struct ProviderAuth
 	bool		creds_ok;
 	NotifCredentials creds;
 	char	   *token;			/* the bearer token, or NULL */
-	uint64		generation;		/* bumped with each new token */
+	uint64		generation;		/* of its token: unique in the process */
 	TimestampTz expires_at;
 	TimestampTz refresh_at;
 	int64		signed_at;		/* apns: iat of the token, Unix seconds */
@@ -64,6 +64,7 @@ typedef struct ProviderAuth
 	NotifCall  *fetch;			/* google: the token fetch in flight */
 	TimestampTz retry_at;		/* google: after a failed fetch */
 	TimestampTz used_at;		/* a call last took the token */
+	bool		stale;			/* its provider left the lane: the slot may go */
 	int			failures;
 	char	   *logged;			/* the last fetch problem logged */
 } ProviderAuth;
@@ -72,7 +73,8 @@ typedef struct ProviderAuth
 
 static ProviderAuth auths[MAX_AUTH_PROVIDERS];
 static MemoryContext auth_cxt = NULL;
-static bool full_warned = false;	/* since the configuration was last read */
+static bool full_warned = false;	/* since a slot was last free */
+static uint64 last_generation = 0;	/* tokens' generations, never reused */
 
 static void
 free_secret(char *s)
@@ -145,19 +147,35 @@ auth_of(const NotifProviderConf *p)
 			pa = &auths[i];
 	}
 	if (pa && memcmp(pa->digest, digest, 32) == 0)
+	{
+		pa->stale = false;		/* back in the lane, its token kept */
 		return pa;
+	}
 	if (pa)
 		reset(pa);
-	else if ((pa = free_slot) == NULL)
+	else if (free_slot)
+		pa = free_slot;
+	else
 	{
-		if (!full_warned)
-			ereport(WARNING,
-					(errmsg("notif_deliver: the jobs of provider \"%s\" wait: this sender holds the tokens of %d providers already",
-							p->name, MAX_AUTH_PROVIDERS),
-					 errhint("Move some of the lane's push providers' types to another lane.")));
-		full_warned = true;
-		return NULL;
+		/* a stale slot, the one whose token was used longest ago */
+		for (i = 0; i < MAX_AUTH_PROVIDERS; i++)
+			if (auths[i].stale && (pa == NULL || auths[i].used_at < pa->used_at))
+				pa = &auths[i];
+		if (pa == NULL)
+		{
+			if (!full_warned)
+				ereport(WARNING,
+						(errmsg("notif_deliver: the jobs of provider \"%s\" wait for a token slot",
+								p->name),
+						 errdetail("This sender holds the tokens of %d push providers of its lane already.",
+								   MAX_AUTH_PROVIDERS),
+						 errhint("Move some of the lane's push providers' types to another lane.")));
+			full_warned = true;
+			return NULL;
+		}
+		reset(pa);
 	}
+	full_warned = false;
 
 	pa->in_use = true;
 	strlcpy(pa->name, p->name, sizeof(pa->name));
@@ -175,9 +193,11 @@ auth_of(const NotifProviderConf *p)
 }
 
 /*
- * The lane's configuration was read again: the token state of providers
- * no longer among its types' is dropped (their tokens wiped), so that its
- * slot can take another provider's.
+ * The lane's configuration was read again: the token state of providers no
+ * longer among its types' is marked stale, and its slot goes to another
+ * provider when one needs it (auth_of).  Until then it is kept: a provider
+ * whose type is resumed keeps its token (APNs refuses a provider's tokens
+ * renewed more often than every 20 minutes).
  */
 void
 notif_push_auth_keep_only(const NotifTypeConf *types, int n)
@@ -191,10 +211,8 @@ notif_push_auth_keep_only(const NotifTypeConf *types, int n)
 		if (!auths[i].in_use)
 			continue;
 		p = notif_lane_provider(types, n, auths[i].name);
-		if (p == NULL || p->auth == AUTH_NONE)
-			reset(&auths[i]);
+		auths[i].stale = (p == NULL || p->auth == AUTH_NONE || p->url == NULL);
 	}
-	full_warned = false;
 }
 
 static ProviderAuth *
@@ -278,7 +296,7 @@ fetch_done(NotifCall *call)
 		pa->token = MemoryContextAlloc(auth_cxt, token->val.string.len + 1);
 		memcpy(pa->token, token->val.string.val, token->val.string.len);
 		pa->token[token->val.string.len] = '\0';
-		pa->generation++;
+		pa->generation = ++last_generation;
 		pa->expires_at = TimestampTzPlusMilliseconds(now, life * 1000);
 		pa->refresh_at = TimestampTzPlusMilliseconds(now, (life - margin) * 1000);
 		pa->failures = 0;
@@ -395,7 +413,7 @@ sign_apns(ProviderAuth *pa)
 	pa->token = MemoryContextStrdup(auth_cxt, jwt);
 	free_secret(jwt);
 	pa->signed_at = iat;
-	pa->generation++;
+	pa->generation = ++last_generation;
 }
 
 /*

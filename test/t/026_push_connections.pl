@@ -149,7 +149,7 @@ $node->safe_psql('postgres', q{
 	                                        'headers', '{"apns-push-type": "alert", "apns-topic": "com.example.app"}'::jsonb,
 	                                        'aps', '{"alert": "all"}'::jsonb))
 	  FROM generate_series(1, 70) i});
-ok($node->wait_for_log(qr/WARNING:  notif_deliver: the jobs of provider "apns_\d+" wait: this sender holds the tokens of 64 providers already/, $log_at),
+ok($node->wait_for_log(qr/WARNING:  notif_deliver: the jobs of provider "apns_\d+" wait for a token slot\n.*DETAIL:  This sender holds the tokens of 64 push providers of its lane already/, $log_at),
 	'70 push providers at once: the sender warns that some wait');
 ok(wait_until($node, q{SELECT count(*) = 64 FROM notif_job WHERE order_id = 'all' AND status = 'sent'}),
 	'64 providers\' jobs are sent');

@@ -142,4 +142,34 @@ is(ledger_key($sim, 'r_json:7:hit'), '2 0 1',
 	'at_least_once: libcurl re-sent the request on a fresh connection (the hazard guarded above)');
 is(last_request($sim, 'r_json:7:hit')->{target}, '/json/send?via=json', 'the re-sent copy went to its own URL');
 
+# libcurl counts its silent re-sends over a handle's life and fails the
+# sixth (7.88): a handle that re-sent is not kept.  Seven at_least_once
+# calls back to back, each reset once by the provider right after it read
+# the request on the kept-alive connection; libcurl sends each again on a
+# fresh one, which is accepted.  A sender that kept those handles as they
+# were failed the sixth call ("Connection died, tried 5 times").
+set_provider($node, 'r_once', "$base/once/send",
+	headers => q('{"X-Sim-Fault": "reset", "X-Sim-Fail-First": "1"}'),
+	idempotency_header => q('Idempotency-Key'));
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider, lane, priority, paused)
+	VALUES ('once_warm', 'at_least_once', 1, 'r_form', 'reuse', 100, true)});
+for my $i (1 .. 7)
+{
+	$node->safe_psql('postgres', qq{
+		INSERT INTO notif_type (code, delivery, max_tries, provider, lane, priority, paused)
+		VALUES ('once_$i', 'at_least_once', 1, 'r_once', 'reuse', 100 - $i, true)});
+}
+$node->safe_psql('postgres', q{
+	SELECT notif_enqueue(7, 'once_warm', 'o', '{"to":"+84900000007","text":"warm"}');
+	SELECT count(notif_enqueue(7, 'once_' || i, 'o', '{"to":"+84900000007","text":"once"}')) FROM generate_series(1, 7) i;
+	UPDATE notif_type SET paused = false WHERE code LIKE 'once_%'});
+ok(wait_until($node, q{SELECT count(*) = 0 FROM notif_job WHERE kind LIKE 'once_%' AND (status IN ('queued', 'sending') OR claimed_by IS NOT NULL)}),
+	'the seven calls reset once each finished');
+is($node->safe_psql('postgres', q{SELECT string_agg(status || ' ' || coalesce(outcome, '-'), ', ' ORDER BY kind) FROM notif_job WHERE kind ~ '^once_[0-9]'}),
+	join(', ', ('sent accepted') x 7), 'each was accepted on libcurl\'s second copy, the sixth and seventh too')
+  or diag($node->safe_psql('postgres', q{SELECT string_agg(kind || ': ' || coalesce(last_error, '-'), '; ' ORDER BY kind) FROM notif_job WHERE kind LIKE 'once_%'}));
+is(join(' ', map { ledger_key($sim, "once_$_:7:o") } 1 .. 7), join(' ', ('2 1 1') x 7),
+	'the provider got each twice (reset, then accepted), one body each');
+
 done_testing();
