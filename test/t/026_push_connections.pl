@@ -164,5 +164,7 @@ ok(wait_until($node, q{SELECT count(*) = 70 FROM notif_job WHERE order_id = 'all
 	'once providers left the lane, the waiting ones got tokens and their jobs were sent')
   or diag("waiting were $waiting; now: " . $node->safe_psql('postgres', q{SELECT string_agg(kind || ' ' || status || ' ' || coalesce(last_error, '-'), '; ') FROM notif_job WHERE order_id = 'all' AND status <> 'sent'})
 	. "; unpaused: " . $node->safe_psql('postgres', q{SELECT count(*) FROM notif_type WHERE code LIKE 'many_%' AND NOT paused}));
+my $all = front_connections($rig, qr{^/3/device/ff});
+is("$all->{calls} $all->{h2}", '70 70', 'each of the 70 went out once, over HTTP/2');
 
 done_testing();
