@@ -9,7 +9,8 @@
 # Then the provider leaves the lane (its type paused): the sender closes
 # its connections to it, which it would otherwise keep for its life (the
 # front here keeps idle connections 30 minutes), and opens them again when
-# the type is resumed.  Then 70 providers come and go in batches of 10: a
+# the type is resumed; left with calls in flight, it lets them end and be
+# recorded first.  Then 70 providers come and go in batches of 10: a
 # sender has pools for 64 HTTPS providers, and those of providers that
 # left must make room for new ones (else the newest calls went through
 # the plain pools, over HTTP/1.1, which APNs refuses).  Last, all 70 at
@@ -72,6 +73,19 @@ sub front_open
 	return scalar grep { /\S/ } split /\n/, `ss -Htn state established '( dport = :$rig->{front} )'`;
 }
 
+# the connections still open once none is, or the wait times out
+sub front_closed
+{
+	my $left = front_open();
+	my $until = time + $PostgreSQL::Test::Utils::timeout_default;
+	while ($left > 0 && time < $until)
+	{
+		usleep(50_000);
+		$left = front_open();
+	}
+	return $left;
+}
+
 my ($most, $sent) = (0, 0);
 my $deadline = time + 120;
 while (time < $deadline)
@@ -94,14 +108,7 @@ cmp_ok($most, '<=', 4, 'and no more than max_connections = 4');
 cmp_ok(front_open(), '>', 0, 'the connections to the provider stay open while it is the lane\'s');
 $node->safe_psql('postgres', q{UPDATE notif_type SET paused = true WHERE code = 'apns_push'});
 ok(wait_config_read($node, 'push'), 'the sender read the lane without the provider');
-my $left = front_open();
-$deadline = time + $PostgreSQL::Test::Utils::timeout_default;
-while ($left > 0 && time < $deadline)
-{
-	usleep(50_000);
-	$left = front_open();
-}
-is($left, 0, 'the sender closed its connections to a provider no longer in its lane');
+is(front_closed(), 0, 'the sender closed its connections to a provider no longer in its lane');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM notif_workers() WHERE role = 'sender' AND pid IS NOT NULL}),
 	'1', 'the sender still runs (the lane has another type)');
 
@@ -112,8 +119,20 @@ ok(wait_until($node, q{SELECT count(*) = 8 FROM notif_job WHERE kind = 'apns_pus
 	'resumed, the provider\'s jobs are sent over new connections');
 cmp_ok(front_open(), '>', 0, 'which stay open');
 
-# 70 providers, 10 at a time in the lane
+# it leaves with calls in flight (the front answers after 500 ms): they
+# end and are recorded, then the connections close
+enqueue_apns(8, 'd', 'a7b8c9');
+ok(wait_until($node, q{SELECT count(*) > 0 FROM notif_job WHERE kind = 'apns_push' AND order_id LIKE 'd%' AND status = 'sending'}),
+	'calls are in flight');
 $node->safe_psql('postgres', q{UPDATE notif_type SET paused = true WHERE code = 'apns_push'});
+ok(wait_config_read($node, 'push'), 'the sender read the lane without the provider');
+cmp_ok($node->safe_psql('postgres', q{SELECT count(*) FROM notif_job WHERE kind = 'apns_push' AND order_id LIKE 'd%' AND status = 'sending'}),
+	'>', 0, 'with some of its calls still in flight');
+ok(wait_until($node, q{SELECT count(*) = 8 FROM notif_job WHERE kind = 'apns_push' AND order_id LIKE 'd%' AND status = 'sent' AND outcome = 'accepted'}),
+	'the calls in flight ended and were recorded, accepted');
+is(front_closed(), 0, 'then the sender closed the connections');
+
+# 70 providers, 10 at a time in the lane
 $node->safe_psql('postgres', qq{
 	INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert, timeout)
 	SELECT 'apns_' || i, '$rig->{base}', 'apns', 'apns_token', '$p8_sql', '$ca', '10 s'
