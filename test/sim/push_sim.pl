@@ -17,6 +17,7 @@
 #       InvalidProviderToken for a bad one; chosen device tokens: dead* 410
 #       Unregistered (with a timestamp), bad0* 400 BadDeviceToken, c0de* 429
 #       TooManyRequests with Retry-After (the first time each)
+#   POST /hook/N                      a plain webhook: 200 {"ok":true}
 #
 # Control: GET /stats (counters, "name value" lines), GET /secrets (every
 # access token issued and provider token seen, one a line: for the test to
@@ -200,6 +201,7 @@ sub handle
 	return (token_endpoint($body), 1) if $method eq 'POST' && $target eq '/token';
 	return (fcm_endpoint($hdr, $body, $1), 1) if $method eq 'POST' && $target =~ m{^/v1/projects/([^/]+)/messages:send$};
 	return (apns_endpoint($hdr, $body, $1), 1) if $method eq 'POST' && $target =~ m{^/3/device/([^/?]+)$};
+	if ($method eq 'POST' && $target =~ m{^/hook/}) { $stat{hooks}++; return (respond(200, '{"ok":true}'), 1); }
 	return (respond(404, '{"reason":"BadPath"}'), 0);
 }
 

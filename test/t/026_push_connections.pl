@@ -15,7 +15,9 @@
 # left must make room for new ones (else the newest calls went through
 # the plain pools, over HTTP/1.1, which APNs refuses).  Last, all 70 at
 # once: a sender holds the tokens of 64, so the others' jobs wait, with a
-# WARNING, until some providers leave the lane.
+# WARNING, until some providers leave the lane.  And 65 https webhooks at
+# once: 64 get a pool each, the last goes through the plain pools over
+# HTTP/1.1, with a WARNING.
 use strict;
 use warnings;
 use lib 'test';
@@ -185,5 +187,29 @@ ok(wait_until($node, q{SELECT count(*) = 70 FROM notif_job WHERE order_id = 'all
 	. "; unpaused: " . $node->safe_psql('postgres', q{SELECT count(*) FROM notif_type WHERE code LIKE 'many_%' AND NOT paused}));
 my $all = front_connections($rig, qr{^/3/device/ff});
 is("$all->{calls} $all->{h2}", '70 70', 'each of the 70 went out once, over HTTP/2');
+
+# 65 https webhooks at once (no token): a sender has pools for 64 https
+# providers of its lane; the one left over is called through the plain
+# pools, over HTTP/1.1, with a WARNING, and its job is sent all the same
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = true WHERE code LIKE 'many_%'});
+ok(wait_config_read($node, 'push'), 'the sender read the lane without the 70 push providers');
+$log_at = -s $node->logfile;
+$node->safe_psql('postgres', qq{
+	INSERT INTO notif_provider (name, url, format, ca_cert, timeout)
+	SELECT 'hook_' || i, '$rig->{base}/hook/' || i, 'json', '$ca', '10 s'
+	  FROM generate_series(1, 65) i;
+	INSERT INTO notif_type (code, delivery, max_tries, provider, lane)
+	SELECT 'hook_' || i, 'at_least_once', 3, 'hook_' || i, 'push'
+	  FROM generate_series(1, 65) i;
+	SELECT notif_enqueue(3, 'hook_' || i, 'h' || n, '{"n": 1}')
+	  FROM generate_series(1, 65) i, generate_series(1, 2) n});
+ok($node->wait_for_log(qr/WARNING:  notif_deliver: provider "hook_\d+" is called through the plain pools, over HTTP\/1\.1\n.*DETAIL:  This sender has connection pools for 64 https providers of its lane already/, $log_at),
+	'65 https providers at once: the sender warns that one goes through the plain pools');
+ok(wait_until($node, q{SELECT count(*) = 130 FROM notif_job WHERE kind LIKE 'hook_%' AND status = 'sent' AND outcome = 'accepted'}),
+	'the 65 webhooks\' jobs, 2 each, are sent, accepted');
+my $hooks = front_connections($rig, qr{^/hook/});
+is("$hooks->{calls} $hooks->{h2}", '130 128', 'each went out once: 64 providers\' over HTTP/2 (a pool each), one\'s over HTTP/1.1');
+my @warned = grep { /is called through the plain pools/ } split /\n/, substr(slurp_file($node->logfile), $log_at);
+is(scalar @warned, 1, 'the WARNING is logged once, not for each of the provider\'s calls');
 
 done_testing();
