@@ -10,12 +10,12 @@ use strict;
 use warnings;
 use Exporter 'import';
 use IO::Socket::INET;
-use Time::HiRes qw(usleep);
+use Time::HiRes qw(usleep time);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
 our @EXPORT = qw(push_rig_missing make_push_keys start_push_rig push_stats push_secrets
-  push_control front_connections);
+  push_control front_connections wait_push_stat);
 
 my @pids;
 END { local $?; kill 'TERM', $_ for @pids; waitpid($_, 0) for @pids; }
@@ -141,6 +141,19 @@ sub push_stats
 {
 	my ($rig) = @_;
 	return { map { split / /, $_, 2 } split /\n/, backend_request($rig, 'GET', '/stats') };
+}
+
+# wait until the simulator's counter NAME is above ABOVE; false on timeout
+sub wait_push_stat
+{
+	my ($rig, $name, $above) = @_;
+	my $until = time + $PostgreSQL::Test::Utils::timeout_default;
+	while (time < $until)
+	{
+		return 1 if (push_stats($rig)->{$name} // 0) > $above;
+		usleep(20_000);
+	}
+	return 0;
 }
 
 # every access token issued and provider token seen

@@ -23,7 +23,9 @@
 # access token issued and provider token seen, one a line: for the test to
 # look for them where they must not be), POST /revoke (forget the issued
 # access tokens: the next FCM call is a 401).  Answers can be held
-# --delay-ms, so that many calls are in flight at once.  It logs no header,
+# --delay-ms, so that many calls are in flight at once, and the token
+# endpoint's --token-delay-ms (default the same; token_answers counts the
+# held token answers written).  It logs no header,
 # token or body.
 use strict;
 use warnings;
@@ -41,13 +43,13 @@ my %o = (port => 0, 'token-life' => 3, 'apns-max-age' => 3600, 'delay-ms' => 0,
 	'retry-after' => 2, email => 'notif@demo.iam.gserviceaccount.com', kid => 'KEYID12345',
 	team => 'TEAMID1234', 'token-uri' => '');
 GetOptions(\%o, 'port=i', 'google-key=s', 'apns-key=s', 'token-life=i', 'apns-max-age=i',
-	'delay-ms=i', 'retry-after=i', 'email=s', 'kid=s', 'team=s', 'token-uri=s')
+	'delay-ms=i', 'token-delay-ms=i', 'retry-after=i', 'email=s', 'kid=s', 'team=s', 'token-uri=s')
   or die "usage: push_sim.pl --port N --google-key PUB --apns-key PUB [...]\n";
 my $rsa = $o{'google-key'} ? Crypt::PK::RSA->new($o{'google-key'}) : undef;
 my $ecc = $o{'apns-key'} ? Crypt::PK::ECC->new($o{'apns-key'}) : undef;
 my $json = JSON::PP->new->canonical;
 
-my %stat = map { $_ => 0 } qw(requests http2 http1 token_requests tokens_issued
+my %stat = map { $_ => 0 } qw(requests http2 http1 token_requests tokens_issued token_answers
   assertions_bad fcm_calls fcm_accepted fcm_unauthenticated apns_calls apns_accepted
   apns_jwt_verified apns_jwt_bad apns_expired_answers apns_expired_tokens
   inflight max_inflight);
@@ -246,11 +248,13 @@ sub process
 		}
 		substr($c->{in}, 0, $rest) = '';
 		my ($resp, $counted) = handle($method, $target, \%hdr, $body);
-		if ($counted && $o{'delay-ms'} > 0)
+		my $delay = ($target eq '/token' ? $o{'token-delay-ms'} : undef) // $o{'delay-ms'};
+		if ($counted && $delay > 0)
 		{
 			$stat{inflight}++;
 			$stat{max_inflight} = $stat{inflight} if $stat{inflight} > $stat{max_inflight};
-			push @held, [ time + $o{'delay-ms'} / 1000, $fd, $resp, $c->{sock} ];
+			push @held, [ time + $delay / 1000, $fd, $resp, $c->{sock}, $target eq '/token' ];
+			@held = sort { $a->[0] <=> $b->[0] } @held if @held > 1 && $held[-1][0] < $held[-2][0];
 		}
 		else
 		{
@@ -310,9 +314,10 @@ while (1)
 	my $now = time;
 	while (@held && $held[0][0] <= $now)
 	{
-		my ($due, $fd, $resp, $sock) = @{ shift @held };
+		my ($due, $fd, $resp, $sock, $token) = @{ shift @held };
 		$stat{inflight}--;
 		next unless $conn{$fd} && $conn{$fd}{sock} == $sock;
+		$stat{token_answers}++ if $token;
 		$conn{$fd}{out} .= $resp;
 		flush_out($fd);
 	}

@@ -17,7 +17,9 @@
 # once: a sender holds the tokens of 64, so the others' jobs wait, with a
 # WARNING, until some providers leave the lane.  And 65 https webhooks at
 # once: 64 get a pool each, the last goes through the plain pools over
-# HTTP/1.1, with a WARNING.
+# HTTP/1.1, with a WARNING.  And a Google token fetch still in flight when
+# its provider's slot goes to another: its answer is dropped, not written
+# into the slot's new provider.
 use strict;
 use warnings;
 use lib 'test';
@@ -38,11 +40,16 @@ my $keys = make_push_keys();
 my $node = new_node('push_connections',
 	'notif_deliver.senders_per_lane' => 2,
 	'notif_deliver.max_lanes' => 1);
-my $rig = start_push_rig($keys, 'delay-ms' => 500, front_streams => 4, front_idle => '30m');
+my $rig = start_push_rig($keys, 'delay-ms' => 500, 'token-delay-ms' => 3000, 'token-life' => 600,
+	front_streams => 4, front_idle => '30m');
 my $p8 = JSON::PP->new->canonical->encode({
 	key_id => 'KEYID12345', team_id => 'TEAMID1234', private_key => $keys->{ec_key} });
 (my $p8_sql = $p8) =~ s/'/''/g;
 (my $ca = $keys->{cert_pem}) =~ s/'/''/g;
+(my $sa_sql = JSON::PP->new->canonical->encode({
+	type => 'service_account', project_id => 'demo-project', private_key_id => 'k1',
+	private_key => $keys->{rsa_key}, client_email => 'notif@demo.iam.gserviceaccount.com',
+	token_uri => "$rig->{base}/token" })) =~ s/'/''/g;
 $node->safe_psql('postgres', "
 	INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert, max_connections, timeout)
 	VALUES ('apns', '$rig->{base}', 'apns', 'apns_token', '$p8_sql', '$ca', 4, '10 s');
@@ -86,6 +93,19 @@ sub front_closed
 		$left = front_open();
 	}
 	return $left;
+}
+
+# true once no established connection matches an ss filter
+sub wait_for_none
+{
+	my ($filter) = @_;
+	my $until = time + $PostgreSQL::Test::Utils::timeout_default;
+	while (time < $until)
+	{
+		return 1 unless `ss -Htn state established '$filter'` =~ /\S/;
+		usleep(50_000);
+	}
+	return 0;
 }
 
 my ($most, $sent) = (0, 0);
@@ -211,5 +231,74 @@ my $hooks = front_connections($rig, qr{^/hook/});
 is("$hooks->{calls} $hooks->{h2}", '130 128', 'each went out once: 64 providers\' over HTTP/2 (a pool each), one\'s over HTTP/1.1');
 my @warned = grep { /is called through the plain pools/ } split /\n/, substr(slurp_file($node->logfile), $log_at);
 is(scalar @warned, 1, 'the WARNING is logged once, not for each of the provider\'s calls');
+
+# A Google token fetch in flight when its slot is taken.  An FCM provider
+# joins the lane; its token endpoint answers after 3 s.  Its type is
+# paused while the fetch is in flight (its slot is stale), and 64 new
+# APNs providers take every slot, the FCM one first (never used).  The
+# fetch's answer, when it comes, must be dropped: written into the slot
+# now an APNs provider's, it would replace that provider's JWT
+# (InvalidProviderToken at its next call).  Resumed, the FCM provider
+# fetches a token again and its job is sent.
+$node->safe_psql('postgres', qq{
+	UPDATE notif_type SET paused = true WHERE code LIKE 'hook_%';
+	INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert, timeout)
+	VALUES ('fcm', '$rig->{base}/v1/projects/demo-project/messages:send', 'fcm',
+	        'google_service_account', '$sa_sql', '$ca', '10 s');
+	INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert, timeout)
+	SELECT 'apns_new_' || i, '$rig->{base}', 'apns', 'apns_token', '$p8_sql', '$ca', '10 s'
+	  FROM generate_series(1, 64) i;
+	INSERT INTO notif_type (code, delivery, max_tries, provider, lane, paused)
+	SELECT 'new_' || i, 'at_least_once', 3, 'apns_new_' || i, 'push', true
+	  FROM generate_series(1, 64) i});
+my $before = push_stats($rig);
+my $fcm_at = time;
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider, lane) VALUES ('fcm_push', 'at_least_once', 3, 'fcm', 'push');
+	SELECT notif_enqueue(4, 'fcm_push', 'f', '{"token": "tok-f", "notification": {"title": "x"}}')});
+ok(wait_push_stat($rig, 'token_requests', $before->{token_requests}),
+	'the FCM provider\'s token fetch is in flight');
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = true WHERE code = 'fcm_push'});
+ok(wait_config_read($node, 'push'), 'the sender read the lane without the FCM provider');
+sub enqueue_new
+{
+	my ($order) = @_;
+	$node->safe_psql('postgres', qq{
+		SELECT notif_enqueue(5, 'new_' || i, '$order',
+		                     jsonb_build_object('device_token', 'ab' || lpad(i::text, 4, '0'),
+		                                        'headers', '{"apns-push-type": "alert", "apns-topic": "com.example.app"}'::jsonb,
+		                                        'aps', '{"alert": "new"}'::jsonb))
+		  FROM generate_series(1, 64) i});
+}
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = false WHERE code LIKE 'new_%'});
+enqueue_new('n1');
+ok(wait_until($node, q{SELECT count(*) = 64 FROM notif_job WHERE order_id = 'n1' AND status = 'sent'}),
+	'64 new APNs providers took every token slot, and their jobs are sent');
+my $mid = push_stats($rig);
+cmp_ok(time - $fcm_at, '<', 3, 'the FCM provider\'s slot was taken while its fetch was in flight (answered after 3 s)');
+is($mid->{token_answers}, $before->{token_answers}, 'its answer had not come yet');
+ok(wait_push_stat($rig, 'token_answers', $before->{token_answers}),
+	'the token endpoint answered the fetch');
+# the fetch was the last call of the FCM provider's pool (retired): once
+# the sender has its answer, that connection closes
+my ($fetch_port) = map { (split / /)[0] } grep { / POST \/token / } split /\n/, slurp_file($rig->{accesslog});
+ok($fetch_port && wait_for_none("( sport = :$fetch_port and dport = :$rig->{front} )"),
+	'the sender had the answer: the fetch\'s connection closed');
+enqueue_new('n2');
+ok(wait_until($node, q{SELECT count(*) = 64 FROM notif_job WHERE order_id = 'n2' AND status = 'sent' AND tries = 1}),
+	'the 64 APNs providers\' next jobs are sent at their first try');
+my $after = push_stats($rig);
+is($after->{apns_jwt_bad} - $before->{apns_jwt_bad}, 0,
+	'no APNs call carried anything but its own provider token: the dropped answer went nowhere');
+$node->safe_psql('postgres', q{
+	UPDATE notif_type SET paused = true WHERE code LIKE 'new_%';
+	UPDATE notif_type SET paused = false WHERE code = 'fcm_push'});
+ok(wait_until($node, q{SELECT status || ' ' || outcome FROM notif_job WHERE kind = 'fcm_push'}, 'sent accepted'),
+	'resumed, the FCM provider\'s job is sent, accepted');
+$after = push_stats($rig);
+is($after->{token_requests} - $before->{token_requests}, 2, 'with a token fetched again: two fetches in all');
+is($after->{fcm_unauthenticated} - $before->{fcm_unauthenticated}, 0, 'and no FCM call without a valid token');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM notif_workers() WHERE role = 'sender' AND pid IS NOT NULL}),
+	'1', 'the sender ran through it all');
 
 done_testing();
