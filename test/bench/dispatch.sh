@@ -20,8 +20,11 @@
 # installed (make install) and the simulator built (make -C test/sim).
 # Prints a table, then the medians as lines "RESULT name value":
 #   dispatch_0ms_jobs_per_s  dispatch_0ms_pg_cpu_per_1k  dispatch_0ms_sender_cpu_per_1k
-#   dispatch_0ms_sim_cpu_per_1k   (and the same four for 50ms)
-#   claim_limit_jobs_per_s  claim_limit_pg_cpu_per_1k
+#   dispatch_0ms_sim_cpu_per_1k  dispatch_0ms_wal_per_job (WAL bytes per job over
+#   the drain)  (and the same five for 50ms)
+#   dispatch_cpu_50ms_over_0ms  dispatch_sender_cpu_50ms_over_0ms  (CPU per job at
+#   50 ms over that at 0 ms, per round, median: the cluster's, the sender's)
+#   claim_limit_jobs_per_s  claim_limit_pg_cpu_per_1k  claim_limit_wal_per_job
 #   dispatch_fraction_of_limit    (0 ms rate / limit, per round, median)
 #   dispatch_0ms_senders dispatch_0ms_senders_jobs_per_s  dispatch_0ms_senders_pg_cpu_per_1k
 #   dispatch_0ms_senders_sender_cpu_per_1k  dispatch_0ms_senders_sim_cpu_per_1k
@@ -57,19 +60,20 @@ load_jobs() {
 drained=$(nd_idle_sql)
 
 rows=()
-row_of() {	# what seconds jobs pg_ticks sender_ticks sim_ticks
-	awk -v w="$1" -v s="$2" -v n="$3" -v pg="$4" -v snd="$5" -v sim="$6" -v hz="$HZ" 'BEGIN {
-		printf "%s %.3f %.0f %.4f %.4f %.4f\n", w, s, n / s, pg / hz / n * 1000,
-			snd / hz / n * 1000, sim / hz / n * 1000 }'
+row_of() {	# what seconds jobs pg_ticks sender_ticks sim_ticks wal_bytes
+	awk -v w="$1" -v s="$2" -v n="$3" -v pg="$4" -v snd="$5" -v sim="$6" -v wal="$7" -v hz="$HZ" 'BEGIN {
+		printf "%s %.3f %.0f %.4f %.4f %.4f %.0f\n", w, s, n / s, pg / hz / n * 1000,
+			snd / hz / n * 1000, sim / hz / n * 1000, wal / n }'
 }
 
 # drain the backlog at a provider latency with SENDERS senders [1]; appends a row
 drain() {
-	local latency=$1 senders=${2:-1} pg0 sim0 t0 t1 pg1 sim1 snd sent n
+	local latency=$1 senders=${2:-1} pg0 sim0 t0 t1 pg1 sim1 snd sent n lsn0 wal
 	nd_senders "$senders"
 	sim_get "$SIM" "/config?latency_ms=$latency" >/dev/null
 	sim_get "$SIM" /reset >/dev/null
 	load_jobs
+	lsn0=$(cluster_psql -At -c "SELECT pg_current_wal_lsn()")
 	pg0=$(cluster_cpu_ticks)
 	sim0=$(cpu_ticks "$sim_pid")
 	t0=$(date +%s.%N)
@@ -81,25 +85,28 @@ drain() {
 	snd=$(cpu_ticks $(sender_pids))
 	n=$(sender_pids | wc -l)
 	[ "$n" = "$senders" ] || { echo "dispatch at $latency ms: $n senders ran, not $senders" >&2; exit 1; }
+	wal=$(cluster_psql -At -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn0')")
 	end_drain bench "dispatch at $latency ms"
 	row_of "${latency}ms$([ "$senders" = 1 ] || echo "x$senders")" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$JOBS" \
-		$((pg1 - pg0)) "$snd" $((sim1 - sim0))
+		$((pg1 - pg0)) "$snd" $((sim1 - sim0)) "$wal"
 }
 
 # the database's limit on the same backlog (claim_limit.sh); prints a row
 limit() {
-	local pg0 pg1 n secs
+	local pg0 pg1 n secs lsn0 wal
 	load_jobs
+	lsn0=$(cluster_psql -At -c "SELECT pg_current_wal_lsn()")
 	pg0=$(cluster_cpu_ticks)
 	read -r n secs <<<"$(bash "$(dirname "$0")/claim_limit.sh" --attached bench)"
 	pg1=$(cluster_cpu_ticks)
-	row_of limit "$secs" "$n" $((pg1 - pg0)) 0 0
+	wal=$(cluster_psql -At -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn0')")
+	row_of limit "$secs" "$n" $((pg1 - pg0)) 0 0 "$wal"
 }
 
 echo "dispatch of $JOBS at_least_once jobs, $INFLIGHT in flight, batch_size $BATCH, $ROUNDS rounds;"
 echo "limit: pgbench claiming and completing them in batches of 100, no HTTP;"
 echo "$(nproc) cores, $(pg_config --version)"
-printf '%-6s %-7s %9s %11s %12s %12s %12s %9s\n' round what seconds jobs_per_s pg_cpu_1k sender_cpu_1k sim_cpu_1k fraction
+printf '%-6s %-7s %9s %11s %12s %12s %12s %8s %9s\n' round what seconds jobs_per_s pg_cpu_1k sender_cpu_1k sim_cpu_1k wal_job fraction
 for round in $(seq 1 "$ROUNDS"); do
 	r0=$(drain 0)
 	rl=$(limit)
@@ -108,36 +115,47 @@ for round in $(seq 1 "$ROUNDS"); do
 	f=$(awk -v a="$(cut -d' ' -f3 <<<"$r0")" -v b="$(cut -d' ' -f3 <<<"$rl")" 'BEGIN { printf "%.3f", a / b }')
 	fs=$(awk -v a="$(cut -d' ' -f3 <<<"$rs")" -v b="$(cut -d' ' -f3 <<<"$rl")" 'BEGIN { printf "%.3f", a / b }')
 	sp=$(awk -v a="$(cut -d' ' -f3 <<<"$rs")" -v b="$(cut -d' ' -f3 <<<"$r0")" 'BEGIN { printf "%.3f", a / b }')
+	# CPU per job at 50 ms over that at 0 ms, the cluster's and the sender's
+	cr=$(awk -v a="$(cut -d' ' -f4 <<<"$r50")" -v b="$(cut -d' ' -f4 <<<"$r0")" 'BEGIN { printf "%.3f", a / b }')
+	crs=$(awk -v a="$(cut -d' ' -f5 <<<"$r50")" -v b="$(cut -d' ' -f5 <<<"$r0")" 'BEGIN { printf "%.3f", a / b }')
 	for r in "$r0" "$rl" "$r50" "$rs"; do
-		read -r w s n pg snd sim <<<"$r"
-		printf '%-6s %-7s %9.2f %11s %12.3f %12.3f %12.3f %9s\n' "$round" "$w" "$s" "$n" "$pg" "$snd" "$sim" \
+		read -r w s n pg snd sim wal <<<"$r"
+		printf '%-6s %-7s %9.2f %11s %12.3f %12.3f %12.3f %8s %9s\n' "$round" "$w" "$s" "$n" "$pg" "$snd" "$sim" "$wal" \
 			"$([ "$w" = 0ms ] && echo "$f" || { [ "$w" = 0msx$SENDERS ] && echo "$fs"; } || echo)"
 		rows+=("$r")
 	done
-	rows+=("fraction 0 $f 0 0 0" "fraction_senders 0 $fs 0 0 0" "speedup 0 $sp 0 0 0")
+	echo "$round: CPU per job at 50 ms / 0 ms: $cr (the sender alone $crs)"
+	rows+=("fraction 0 $f 0 0 0" "fraction_senders 0 $fs 0 0 0" "speedup 0 $sp 0 0 0"
+		"cpu_ratio 0 $cr 0 0 0" "sender_cpu_ratio 0 $crs 0 0 0")
 done
 
-# the median of one column (3: jobs/s, 4: pg, 5: sender, 6: sim) of one kind of row
+# the median of one column (3: jobs/s, 4: pg, 5: sender, 6: sim, 7: WAL bytes per job) of one kind of row
 median() {
 	printf '%s\n' "${rows[@]}" | awk -v w="$1" -v c="$2" '$1 == w { print $c }' | sort -g |
 		awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'
 }
-printf '%-6s %-7s %9s %11s %12.3f %12.3f %12.3f %9s\n' median 0ms "" "$(median 0ms 3)" "$(median 0ms 4)" \
-	"$(median 0ms 5)" "$(median 0ms 6)" "$(median fraction 3)"
-printf '%-6s %-7s %9s %11s %12.3f\n' median limit "" "$(median limit 3)" "$(median limit 4)"
-printf '%-6s %-7s %9s %11s %12.3f %12.3f %12.3f\n' median 50ms "" "$(median 50ms 3)" "$(median 50ms 4)" \
-	"$(median 50ms 5)" "$(median 50ms 6)"
-printf '%-6s %-7s %9s %11s %12.3f %12.3f %12.3f %9s\n' median "0msx$SENDERS" "" "$(median "0msx$SENDERS" 3)" \
-	"$(median "0msx$SENDERS" 4)" "$(median "0msx$SENDERS" 5)" "$(median "0msx$SENDERS" 6)" "$(median fraction_senders 3)"
+printf '%-6s %-7s %9s %11s %12.3f %12.3f %12.3f %8s %9s\n' median 0ms "" "$(median 0ms 3)" "$(median 0ms 4)" \
+	"$(median 0ms 5)" "$(median 0ms 6)" "$(median 0ms 7)" "$(median fraction 3)"
+printf '%-6s %-7s %9s %11s %12.3f %12s %12s %8s\n' median limit "" "$(median limit 3)" "$(median limit 4)" "" "" "$(median limit 7)"
+printf '%-6s %-7s %9s %11s %12.3f %12.3f %12.3f %8s\n' median 50ms "" "$(median 50ms 3)" "$(median 50ms 4)" \
+	"$(median 50ms 5)" "$(median 50ms 6)" "$(median 50ms 7)"
+printf '%-6s %-7s %9s %11s %12.3f %12.3f %12.3f %8s %9s\n' median "0msx$SENDERS" "" "$(median "0msx$SENDERS" 3)" \
+	"$(median "0msx$SENDERS" 4)" "$(median "0msx$SENDERS" 5)" "$(median "0msx$SENDERS" 6)" "$(median "0msx$SENDERS" 7)" \
+	"$(median fraction_senders 3)"
 echo "$SENDERS senders' rate / one sender's, per round, median: $(median speedup 3)"
+echo "CPU per job at 50 ms / 0 ms, per round, median: $(median cpu_ratio 3) (the sender alone $(median sender_cpu_ratio 3))"
 for l in 0ms 50ms; do
 	result "dispatch_${l}_jobs_per_s" "$(median $l 3)"
 	result "dispatch_${l}_pg_cpu_per_1k" "$(printf '%.3f' "$(median $l 4)")"
 	result "dispatch_${l}_sender_cpu_per_1k" "$(printf '%.3f' "$(median $l 5)")"
 	result "dispatch_${l}_sim_cpu_per_1k" "$(printf '%.3f' "$(median $l 6)")"
+	result "dispatch_${l}_wal_per_job" "$(median $l 7)"
 done
+result dispatch_cpu_50ms_over_0ms "$(median cpu_ratio 3)"
+result dispatch_sender_cpu_50ms_over_0ms "$(median sender_cpu_ratio 3)"
 result claim_limit_jobs_per_s "$(median limit 3)"
 result claim_limit_pg_cpu_per_1k "$(printf '%.3f' "$(median limit 4)")"
+result claim_limit_wal_per_job "$(median limit 7)"
 result dispatch_fraction_of_limit "$(median fraction 3)"
 result dispatch_0ms_senders "$SENDERS"
 result dispatch_0ms_senders_jobs_per_s "$(median "0msx$SENDERS" 3)"

@@ -19,7 +19,8 @@
 #    notif_deliver drains twice more per round: with ANALYZE after the
 #    enqueue (nda) and with notif_deliver.senders_per_lane = 2 (nd2), whose
 #    jobs/s and CPU over each peer's are RESULT peers_nd2_over_<peer>_<lat>ms
-#    and ..._cpu.
+#    and ..._cpu; its jobs/s over the best peer's (the one it leads by the
+#    least) peers_nd2_over_best_<lat>ms, that peer's name peers_best_<lat>ms.
 # 2. semantics: SEM_N jobs, calls time out with p = 0.5% (q = 0.5 of them
 #    delivered anyway; 500 ms client timeout), each peer with its default
 #    retries, then again with the worker SIGKILLed MAX_KILLS times, evenly
@@ -239,11 +240,21 @@ if [[ " $PARTS " == *" throughput "* ]]; then
 			row peers_head "$(name_of "$sys")" "$lat ms" "$jps" "$ratio_h" "$tot" "$rc" "$wd" "$rw"
 		done
 		# two senders per lane against each peer, jobs/s and total CPU
+		best= best_ratio=
 		for sys in $SYSTEMS; do
 			[ "$sys" = nd ] && continue
 			presult "peers_nd2_over_${sys}_${lat}ms" "$(ratio_of "$sys" "$lat" 4 nd2)"
 			presult "peers_nd2_over_${sys}_${lat}ms_cpu" "$(ratio_of "$sys" "$lat" 9 nd2)"
+			# the best peer: the one two senders lead by the least
+			case $sys in nda | nd2) continue ;; esac
+			if [ -z "$best" ] || awk -v a="${R[peers_nd2_over_${sys}_${lat}ms]}" -v b="$best_ratio" 'BEGIN { exit !(a < b) }'; then
+				best=$sys best_ratio=${R[peers_nd2_over_${sys}_${lat}ms]}
+			fi
 		done
+		if [ -n "$best" ]; then
+			presult "peers_best_${lat}ms" "$(name_of "$best")"
+			presult "peers_nd2_over_best_${lat}ms" "$best_ratio"
+		fi
 	done
 	nd_senders 1
 fi
