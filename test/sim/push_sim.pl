@@ -22,11 +22,11 @@
 # Control: GET /stats (counters, "name value" lines), GET /secrets (every
 # access token issued and provider token seen, one a line: for the test to
 # look for them where they must not be), POST /revoke (forget the issued
-# access tokens: the next FCM call is a 401).  Answers can be held
-# --delay-ms, so that many calls are in flight at once, and the token
-# endpoint's --token-delay-ms (default the same; token_answers counts the
-# held token answers written).  It logs no header,
-# token or body.
+# access tokens: the next FCM call is a 401), POST /release-tokens (see
+# --token-hold).  Answers can be held --delay-ms, so that many calls are
+# in flight at once; with --token-hold 1, the token endpoint's are held
+# until POST /release-tokens (token_answers counts those written).  It
+# logs no header, token or body.
 use strict;
 use warnings;
 use Getopt::Long;
@@ -43,13 +43,13 @@ my %o = (port => 0, 'token-life' => 3, 'apns-max-age' => 3600, 'delay-ms' => 0,
 	'retry-after' => 2, email => 'notif@demo.iam.gserviceaccount.com', kid => 'KEYID12345',
 	team => 'TEAMID1234', 'token-uri' => '');
 GetOptions(\%o, 'port=i', 'google-key=s', 'apns-key=s', 'token-life=i', 'apns-max-age=i',
-	'delay-ms=i', 'token-delay-ms=i', 'retry-after=i', 'email=s', 'kid=s', 'team=s', 'token-uri=s')
+	'delay-ms=i', 'token-hold=i', 'retry-after=i', 'email=s', 'kid=s', 'team=s', 'token-uri=s')
   or die "usage: push_sim.pl --port N --google-key PUB --apns-key PUB [...]\n";
 my $rsa = $o{'google-key'} ? Crypt::PK::RSA->new($o{'google-key'}) : undef;
 my $ecc = $o{'apns-key'} ? Crypt::PK::ECC->new($o{'apns-key'}) : undef;
 my $json = JSON::PP->new->canonical;
 
-my %stat = map { $_ => 0 } qw(requests http2 http1 token_requests tokens_issued token_answers
+my %stat = map { $_ => 0 } qw(requests http2 http1 token_requests tokens_issued token_answers hooks
   assertions_bad fcm_calls fcm_accepted fcm_unauthenticated apns_calls apns_accepted
   apns_jwt_verified apns_jwt_bad apns_expired_answers apns_expired_tokens
   inflight max_inflight);
@@ -67,7 +67,8 @@ $| = 1;
 
 my $sel = IO::Select->new($listen);
 my %conn;          # fileno => { sock, in, out }
-my @held;          # [due, fileno, response]
+my @held;          # [due, fileno, response, socket]
+my @held_tokens;   # --token-hold: [fileno, response, socket]
 
 sub respond
 {
@@ -197,6 +198,19 @@ sub handle
 	}
 	if ($method eq 'GET' && $target eq '/health') { return (respond(200, 'ok'), 0); }
 	if ($method eq 'POST' && $target eq '/revoke') { %issued = (); return (respond(200, ''), 0); }
+	if ($method eq 'POST' && $target eq '/release-tokens')
+	{
+		for my $h (splice @held_tokens)
+		{
+			my ($fd, $resp, $sock) = @$h;
+			$stat{inflight}--;
+			next unless $conn{$fd} && $conn{$fd}{sock} == $sock;
+			$stat{token_answers}++;
+			$conn{$fd}{out} .= $resp;
+			flush_out($fd);
+		}
+		return (respond(200, ''), 0);
+	}
 
 	$stat{requests}++;
 	$stat{ ($hdr->{via} // '') =~ /^2 / ? 'http2' : 'http1' }++;
@@ -248,13 +262,16 @@ sub process
 		}
 		substr($c->{in}, 0, $rest) = '';
 		my ($resp, $counted) = handle($method, $target, \%hdr, $body);
-		my $delay = ($target eq '/token' ? $o{'token-delay-ms'} : undef) // $o{'delay-ms'};
-		if ($counted && $delay > 0)
+		if ($counted && $o{'token-hold'} && $target eq '/token')
+		{
+			$stat{inflight}++;
+			push @held_tokens, [ $fd, $resp, $c->{sock} ];
+		}
+		elsif ($counted && $o{'delay-ms'} > 0)
 		{
 			$stat{inflight}++;
 			$stat{max_inflight} = $stat{inflight} if $stat{inflight} > $stat{max_inflight};
-			push @held, [ time + $delay / 1000, $fd, $resp, $c->{sock}, $target eq '/token' ];
-			@held = sort { $a->[0] <=> $b->[0] } @held if @held > 1 && $held[-1][0] < $held[-2][0];
+			push @held, [ time + $o{'delay-ms'} / 1000, $fd, $resp, $c->{sock} ];
 		}
 		else
 		{
@@ -314,10 +331,9 @@ while (1)
 	my $now = time;
 	while (@held && $held[0][0] <= $now)
 	{
-		my ($due, $fd, $resp, $sock, $token) = @{ shift @held };
+		my ($due, $fd, $resp, $sock) = @{ shift @held };
 		$stat{inflight}--;
 		next unless $conn{$fd} && $conn{$fd}{sock} == $sock;
-		$stat{token_answers}++ if $token;
 		$conn{$fd}{out} .= $resp;
 		flush_out($fd);
 	}
