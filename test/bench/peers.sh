@@ -245,8 +245,8 @@ if [[ " $PARTS " == *" throughput "* ]]; then
 			[ "$sys" = nd ] && continue
 			presult "peers_nd2_over_${sys}_${lat}ms" "$(ratio_of "$sys" "$lat" 4 nd2)"
 			presult "peers_nd2_over_${sys}_${lat}ms_cpu" "$(ratio_of "$sys" "$lat" 9 nd2)"
-			# the best peer: the one two senders lead by the least
-			case $sys in nda | nd2) continue ;; esac
+			# the best peer: the one two senders lead by the least (of those measured)
+			[[ ${R[peers_nd2_over_${sys}_${lat}ms]} =~ ^[0-9.]+$ ]] || continue
 			if [ -z "$best" ] || awk -v a="${R[peers_nd2_over_${sys}_${lat}ms]}" -v b="$best_ratio" 'BEGIN { exit !(a < b) }'; then
 				best=$sys best_ratio=${R[peers_nd2_over_${sys}_${lat}ms]}
 			fi
