@@ -161,14 +161,22 @@ ok(wait_until($node, q{SELECT count(*) = 8 FROM notif_job WHERE kind = 'apns_pus
 	'the calls in flight ended and were recorded, accepted');
 is(front_closed(), 0, 'then the sender closed the connections');
 
+# n APNs providers <provider>1..n, each with a type <type>1..n of the
+# lane, paused
+sub add_apns_providers
+{
+	my ($provider, $type, $n) = @_;
+	$node->safe_psql('postgres', qq{
+		INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert, timeout)
+		SELECT '$provider' || i, '$rig->{base}', 'apns', 'apns_token', '$p8_sql', '$ca', '10 s'
+		  FROM generate_series(1, $n) i;
+		INSERT INTO notif_type (code, delivery, max_tries, provider, lane, paused)
+		SELECT '$type' || i, 'at_least_once', 3, '$provider' || i, 'push', true
+		  FROM generate_series(1, $n) i});
+}
+
 # 70 providers, 10 at a time in the lane
-$node->safe_psql('postgres', qq{
-	INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert, timeout)
-	SELECT 'apns_' || i, '$rig->{base}', 'apns', 'apns_token', '$p8_sql', '$ca', '10 s'
-	  FROM generate_series(1, 70) i;
-	INSERT INTO notif_type (code, delivery, max_tries, provider, lane, paused)
-	SELECT 'many_' || i, 'at_least_once', 3, 'apns_' || i, 'push', true
-	  FROM generate_series(1, 70) i});
+add_apns_providers('apns_', 'many_', 70);
 for my $batch (0 .. 6)
 {
 	my ($from, $to) = (10 * $batch + 1, 10 * $batch + 10);
@@ -255,13 +263,8 @@ $node->safe_psql('postgres', qq{
 	UPDATE notif_type SET paused = true WHERE code LIKE 'hook_%';
 	INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert, timeout)
 	VALUES ('fcm', '$rig->{base}/v1/projects/demo-project/messages:send', 'fcm',
-	        'google_service_account', '$sa_sql', '$ca', '60 s');
-	INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert, timeout)
-	SELECT 'apns_new_' || i, '$rig->{base}', 'apns', 'apns_token', '$p8_sql', '$ca', '10 s'
-	  FROM generate_series(1, 64) i;
-	INSERT INTO notif_type (code, delivery, max_tries, provider, lane, paused)
-	SELECT 'new_' || i, 'at_least_once', 3, 'apns_new_' || i, 'push', true
-	  FROM generate_series(1, 64) i});
+	        'google_service_account', '$sa_sql', '$ca', '60 s')});
+add_apns_providers('apns_new_', 'new_', 64);
 my $before = push_stats($rig);
 $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, provider, lane) VALUES ('fcm_push', 'at_least_once', 3, 'fcm', 'push');
