@@ -87,3 +87,42 @@ DELETE FROM notif_job WHERE user_id BETWEEN 6000 AND 6008 OR user_id = -5;
 
 SELECT count(*) AS work_without_job FROM notif_active a
  WHERE NOT EXISTS (SELECT FROM notif_job j WHERE j.id = a.job_id AND j.status = 'queued');
+
+-- indexes the DBA adds or drops, even within the transaction that enqueues:
+-- every new job is in every index (amcheck finds each heap row in each
+-- btree), a unique index is enforced (and nothing is half-written), and a
+-- dropped index is no longer written
+CREATE EXTENSION amcheck;
+BEGIN;
+SELECT notif_enqueue(6200, 'otp', 'before-indexes') > 0 AS enqueued;
+CREATE INDEX dba_order_lower ON notif_job (lower(order_id));
+CREATE INDEX dba_otp_users ON notif_job (user_id) WHERE kind = 'otp';
+CREATE UNIQUE INDEX dba_one_otp ON notif_job (user_id, (payload->>'text')) WHERE kind = 'otp';
+SELECT notif_enqueue(6200, 'otp', 'with-indexes', '{"text":"a"}') > 0 AS enqueued;
+SAVEPOINT s;
+SELECT try($$SELECT notif_enqueue(6200, 'otp', 'same-text', '{"text":"a"}')$$) AS second_text_a;
+ROLLBACK TO s;
+SELECT count(*) AS same_text_rows FROM notif_job WHERE order_id = 'same-text';
+SELECT count(*) AS same_text_work FROM notif_active a JOIN notif_job j ON j.id = a.job_id
+ WHERE j.order_id = 'same-text';
+SELECT c.relname, bt_index_check(c.oid, true)::text = '' AS every_row_in_it
+  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam
+ WHERE i.indrelid IN ('notif_job'::regclass, 'notif_active'::regclass) AND am.amname = 'btree'
+ ORDER BY c.relname;
+DROP INDEX dba_order_lower, dba_otp_users, dba_one_otp;
+SELECT notif_enqueue(6200, 'otp', 'after-drop-index', '{"text":"a"}') > 0 AS enqueued;
+COMMIT;
+SELECT c.relname, bt_index_check(c.oid, true)::text = '' AS every_row_in_it
+  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam
+ WHERE i.indrelid IN ('notif_job'::regclass, 'notif_active'::regclass) AND am.amname = 'btree'
+ ORDER BY c.relname;
+-- after the enqueues, the same transaction may still empty or alter the table
+BEGIN;
+SELECT notif_enqueue(6201, 'otp', 'then-truncate') > 0 AS enqueued;
+TRUNCATE notif_job, notif_active CASCADE;
+ALTER TABLE notif_job ADD COLUMN dba_note text;
+ALTER TABLE notif_job DROP COLUMN dba_note;
+ROLLBACK;
+DELETE FROM notif_job WHERE user_id IN (6200, 6201);
+DROP EXTENSION amcheck;
+

@@ -12,8 +12,14 @@
  * the unique key as arbiter, every index, AFTER ROW triggers (the foreign
  * key check on notif_type among them) fired at the end of the call, and the
  * serialization check of ON CONFLICT DO NOTHING at REPEATABLE READ.  The
- * CHECK and default expressions are prepared once per session and
- * forgotten whenever notif_job's definition changes (relcache callback).
+ * CHECK and default expressions, and what the executor builds for each
+ * index (ExecOpenIndices: its IndexInfo, the unique key's operators, a
+ * partial index's predicate), are prepared once per session and forgotten
+ * whenever notif_job's or notif_active's definition changes (relcache
+ * callback).  Each call still opens the indexes, but keeps their locks until
+ * the transaction ends, as it keeps the tables' (the executor releases an
+ * index's lock at the end of each statement, and would take it again for
+ * every call).
  *
  * A new job is queued work: its row in notif_active (1.2 on) is inserted
  * the same way, in the same call; that is what notif_job's statement
@@ -42,6 +48,7 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/index.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
@@ -59,6 +66,14 @@
 
 #include "enqueue_fast.h"
 
+/* a table's indexes, as ExecOpenIndices would find and prepare them */
+typedef struct FastIndexes
+{
+	int			n;
+	Oid		   *oids;
+	IndexInfo **infos;			/* predicates and expressions prepared */
+} FastIndexes;
+
 typedef struct FastCache
 {
 	bool		valid;
@@ -72,8 +87,10 @@ typedef struct FastCache
 	AttrNumber	att_id;
 	ExprState **defaults;		/* per attribute, NULL: given, or no default */
 	ExprState **checks;			/* the CHECK constraints, prepared */
+	FastIndexes indexes;		/* notif_job's, with the speculative info */
 	Oid			work_relid;		/* notif_active (InvalidOid before 1.2) */
 	AttrNumber	work_att[3];	/* its job_id, kind, next_at */
+	FastIndexes work_indexes;	/* notif_active's */
 } FastCache;
 
 static FastCache cache;
@@ -90,6 +107,92 @@ fast_cache_invalidate(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == cache.relid || relid == cache.work_relid)
 		cache.valid = false;
+}
+
+/*
+ * Prepare, in the cache's context (the current one), what ExecOpenIndices
+ * builds for each index of rel: BuildIndexInfo (and for a unique index that
+ * may arbitrate, BuildSpeculativeIndexInfo), with the predicate and the
+ * expressions prepared as ExecInsertIndexTuples and FormIndexDatum would
+ * prepare them in each statement.
+ */
+static void
+prepare_indexes(Relation rel, bool speculative, FastIndexes *fi)
+{
+	List	   *oids = RelationGetIndexList(rel);
+	ListCell   *lc;
+
+	fi->n = list_length(oids);
+	fi->oids = palloc0(sizeof(Oid) * (fi->n + 1));
+	fi->infos = palloc0(sizeof(IndexInfo *) * (fi->n + 1));
+	foreach(lc, oids)
+	{
+		int			i = foreach_current_index(lc);
+		Relation	idx = index_open(lfirst_oid(lc), AccessShareLock);
+		IndexInfo  *ii = BuildIndexInfo(idx);
+
+		if (speculative && ii->ii_Unique)
+			BuildSpeculativeIndexInfo(idx, ii);
+		if (ii->ii_Predicate != NIL)
+			ii->ii_PredicateState =
+				ExecInitQual((List *) expression_planner((Expr *) ii->ii_Predicate), NULL);
+		if (ii->ii_Expressions != NIL)
+		{
+			ListCell   *le;
+
+			foreach(le, ii->ii_Expressions)
+				ii->ii_ExpressionsState =
+				lappend(ii->ii_ExpressionsState,
+						ExecInitExpr(expression_planner((Expr *) lfirst(le)), NULL));
+		}
+		fi->oids[i] = lfirst_oid(lc);
+		fi->infos[i] = ii;
+		index_close(idx, AccessShareLock);
+	}
+	list_free(oids);
+}
+
+/*
+ * ExecOpenIndices(rri, ...) from the prepared indexes.  Each IndexInfo is
+ * copied, so that an access method's per-statement state (ii_AmCache, in
+ * ii_Context) lives in this call's memory.  The indexes' locks stay until
+ * the transaction ends: close_indexes() closes them with NoLock.
+ */
+static void
+open_indexes(ResultRelInfo *rri, const FastIndexes *fi)
+{
+	int			i;
+
+	rri->ri_NumIndices = fi->n;
+	if (fi->n == 0)
+		return;
+	rri->ri_IndexRelationDescs = palloc(sizeof(Relation) * fi->n);
+	rri->ri_IndexRelationInfo = palloc(sizeof(IndexInfo *) * fi->n);
+	for (i = 0; i < fi->n; i++)
+	{
+		IndexInfo  *ii = palloc(sizeof(IndexInfo));
+
+		memcpy(ii, fi->infos[i], sizeof(IndexInfo));
+		ii->ii_AmCache = NULL;
+		ii->ii_Context = CurrentMemoryContext;
+		rri->ri_IndexRelationDescs[i] = index_open(fi->oids[i], RowExclusiveLock);
+		rri->ri_IndexRelationInfo[i] = ii;
+	}
+}
+
+/* closes what open_indexes opened, keeping the locks */
+static void
+close_indexes(ResultRelInfo *rri)
+{
+	int			i;
+
+	for (i = 0; i < rri->ri_NumIndices; i++)
+	{
+		if (rri->ri_IndexRelationDescs[i] == NULL)
+			continue;
+		index_close(rri->ri_IndexRelationDescs[i], NoLock);
+		rri->ri_IndexRelationDescs[i] = NULL;	/* for ExecCloseIndices */
+	}
 }
 
 /*
@@ -235,6 +338,7 @@ fast_cache_build(Oid nspid)
 	}
 	if (!OidIsValid(cache.arbiter))
 		goto unusable;
+	prepare_indexes(rel, true, &cache.indexes);
 
 	/* notif_active (1.2 on, with its trigger): a new job is queued work */
 	if (trig && trig->trig_insert_new_table)
@@ -246,6 +350,8 @@ fast_cache_build(Oid nspid)
 		bool		plain = !(wtrig || work->rd_rel->relrowsecurity ||
 							  work->rd_rel->relkind != RELKIND_RELATION);
 
+		if (plain)
+			prepare_indexes(work, false, &cache.work_indexes);
 		table_close(work, AccessShareLock);
 		if (!plain)
 			goto unusable;
@@ -277,10 +383,14 @@ notif_fast_usable(Oid nspid)
 	 * Lock notif_job as the insert will (until the transaction ends) before
 	 * the cache is checked: taking the lock reads the invalidations committed
 	 * before it, and no ALTER (an ALTER EXTENSION UPDATE that adds
-	 * notif_active) can commit between the check and the insert.
+	 * notif_active) can commit between the check and the insert.  As SPI
+	 * does before a statement that writes, the command counter moves on,
+	 * which also reads this transaction's own changes to the tables'
+	 * definitions (an index created since the last call).
 	 */
 	if (OidIsValid(relid))
 		LockRelationOid(relid, RowExclusiveLock);
+	CommandCounterIncrement();
 	if (!cache.valid || cache.nspid != nspid)
 		fast_cache_build(nspid);
 	return cache.usable;
@@ -326,7 +436,7 @@ insert_work(EState *estate, Datum id, Datum kind, Datum next_at)
 	int			i;
 
 	InitResultRelInfo(rri, rel, 0, NULL, 0);
-	ExecOpenIndices(rri, false);
+	open_indexes(rri, &cache.work_indexes);
 	estate->es_opened_result_relations = lappend(estate->es_opened_result_relations, rri);
 	slot = table_slot_create(rel, &estate->es_tupleTable);
 	ExecClearTuple(slot);
@@ -365,16 +475,16 @@ notif_fast_insert(Datum *given, bool *given_null, bool *inserted)
 	List	   *recheck;
 	int64		id = 0;
 	int			i;
+	ListCell   *lc;
 
-	/* as SPI does before a statement that writes */
-	CommandCounterIncrement();
+	/* notif_fast_usable() moved the command counter on */
 	estate->es_output_cid = GetCurrentCommandId(true);
 	estate->es_snapshot = GetActiveSnapshot();
 
 	rel = table_open(cache.relid, RowExclusiveLock);
 	InitResultRelInfo(rri, rel, 0, NULL, 0);	/* no range table */
 	rri->ri_ConstraintExprs = cache.checks;
-	ExecOpenIndices(rri, true);
+	open_indexes(rri, &cache.indexes);
 	/* where the trigger machinery looks for the relation (not reopening it) */
 	estate->es_opened_result_relations = list_make1(rri);
 	slot = table_slot_create(rel, &estate->es_tupleTable);
@@ -439,7 +549,9 @@ notif_fast_insert(Datum *given, bool *given_null, bool *inserted)
 	/* fires the AFTER ROW triggers: the foreign key check on kind */
 	AfterTriggerEndQuery(estate);
 
-	/* closes our indexes, and what the triggers opened */
+	/* our indexes, keeping their locks; then what the triggers opened */
+	foreach(lc, estate->es_opened_result_relations)
+		close_indexes(lfirst(lc));
 	ExecCloseResultRelations(estate);
 	if (work)
 		table_close(work, NoLock);
