@@ -25,6 +25,7 @@ OBJS = \
 	src/type_cache.o \
 	src/enqueue.o \
 	src/enqueue_fast.o \
+	src/enqueue_fk.o \
 	src/launcher.o \
 	src/sender.o \
 	src/sender_round.o \

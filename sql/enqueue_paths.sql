@@ -126,3 +126,36 @@ ROLLBACK;
 DELETE FROM notif_job WHERE user_id IN (6200, 6201);
 DROP EXTENSION amcheck;
 
+-- the foreign key on kind: in a transaction, the first job of a kind runs
+-- its check, which locks the type's row in notif_type until the end; the
+-- next jobs of that kind rely on that lock.  A subtransaction that rolls
+-- back takes its lock with it, and the check runs again.  (The test takes
+-- the type's row away as a replica would, without notif_type's triggers,
+-- so that notif_enqueue's cache of types still knows it.)
+INSERT INTO notif_type VALUES ('fk_probe', 'at_most_once', 1, NULL);
+SELECT count(notif_enqueue(g, k, 'bulk-' || g)) AS enqueued
+  FROM generate_series(6300, 6349) g, unnest(ARRAY['otp', 'promo', 'fk_probe']) k;
+BEGIN;
+SAVEPOINT first;
+SELECT notif_enqueue(6350, 'fk_probe', 'in-savepoint') > 0 AS enqueued;
+ROLLBACK TO first;
+DELETE FROM notif_job WHERE kind = 'fk_probe';
+SET LOCAL session_replication_role = replica;
+DELETE FROM notif_type WHERE code = 'fk_probe';
+SET LOCAL session_replication_role = origin;
+SELECT try($$SELECT notif_enqueue(6350, 'fk_probe', 'after-rollback')$$) AS type_gone;
+SELECT count(*) AS jobs_without_type FROM notif_job j
+ WHERE NOT EXISTS (SELECT FROM notif_type t WHERE t.code = j.kind);
+ROLLBACK;
+-- as a replica (session_replication_role), the foreign key is not checked
+-- and no lock is taken: the next job of the kind is checked again
+BEGIN;
+SET LOCAL session_replication_role = replica;
+SELECT notif_enqueue(6351, 'fk_probe', 'as-replica') > 0 AS enqueued;
+DELETE FROM notif_job WHERE kind = 'fk_probe';
+DELETE FROM notif_type WHERE code = 'fk_probe';
+SET LOCAL session_replication_role = origin;
+SELECT try($$SELECT notif_enqueue(6351, 'fk_probe', 'as-origin')$$) AS type_gone;
+ROLLBACK;
+DELETE FROM notif_job WHERE user_id BETWEEN 6300 AND 6351;
+DELETE FROM notif_type WHERE code = 'fk_probe';

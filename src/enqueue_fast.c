@@ -91,6 +91,7 @@ typedef struct FastCache
 	Oid			work_relid;		/* notif_active (InvalidOid before 1.2) */
 	AttrNumber	work_att[3];	/* its job_id, kind, next_at */
 	FastIndexes work_indexes;	/* notif_active's */
+	bool		fk_skippable;	/* see enqueue_fk.c */
 } FastCache;
 
 static FastCache cache;
@@ -339,6 +340,7 @@ fast_cache_build(Oid nspid)
 	if (!OidIsValid(cache.arbiter))
 		goto unusable;
 	prepare_indexes(rel, true, &cache.indexes);
+	cache.fk_skippable = notif_fk_check_skippable(rel, nspid, cache.att[NOTIF_FAST_KIND]);
 
 	/* notif_active (1.2 on, with its trigger): a new job is queued work */
 	if (trig && trig->trig_insert_new_table)
@@ -473,6 +475,8 @@ notif_fast_insert(Datum *given, bool *given_null, bool *inserted)
 	TupleTableSlot *slot;
 	List	   *arbiters = list_make1_oid(cache.arbiter);
 	List	   *recheck;
+	Datum		kind = given[NOTIF_FAST_KIND];
+	bool		fk_checked = cache.fk_skippable && notif_fk_kind_locked(kind);
 	int64		id = 0;
 	int			i;
 	ListCell   *lc;
@@ -537,7 +541,9 @@ notif_fast_insert(Datum *given, bool *given_null, bool *inserted)
 			continue;
 		}
 
-		ExecARInsertTriggers(estate, rri, slot, recheck, NULL);
+		/* the foreign key's check, unless it passed for this kind already */
+		if (!fk_checked)
+			ExecARInsertTriggers(estate, rri, slot, recheck, NULL);
 		id = DatumGetInt64(slot->tts_values[cache.att_id - 1]);
 		if (OidIsValid(cache.work_relid))
 			work = insert_work(estate, slot->tts_values[cache.att_id - 1],
@@ -548,6 +554,8 @@ notif_fast_insert(Datum *given, bool *given_null, bool *inserted)
 	}
 	/* fires the AFTER ROW triggers: the foreign key check on kind */
 	AfterTriggerEndQuery(estate);
+	if (*inserted && cache.fk_skippable && !fk_checked)
+		notif_fk_kind_remember(kind);
 
 	/* our indexes, keeping their locks; then what the triggers opened */
 	foreach(lc, estate->es_opened_result_relations)

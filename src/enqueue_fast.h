@@ -8,6 +8,8 @@
 #ifndef NOTIF_ENQUEUE_FAST_H
 #define NOTIF_ENQUEUE_FAST_H
 
+#include "utils/rel.h"
+
 /* the values notif_enqueue gives, in this order */
 enum
 {
@@ -22,5 +24,10 @@ enum
 
 extern bool notif_fast_usable(Oid nspid);
 extern int64 notif_fast_insert(Datum *given, bool *given_null, bool *inserted);
+
+/* enqueue_fk.c */
+extern bool notif_fk_check_skippable(Relation rel, Oid nspid, AttrNumber kind_att);
+extern bool notif_fk_kind_locked(Datum kind);
+extern void notif_fk_kind_remember(Datum kind);
 
 #endif							/* NOTIF_ENQUEUE_FAST_H */

@@ -1,6 +1,7 @@
 # 001_concurrent_enqueue.pl: notif_enqueue under concurrency.  Sessions that
 # enqueue the same (user_id, kind, order_id) at once end with one row, and
-# every one of them gets that row's id.
+# every one of them gets that row's id.  A transaction's jobs keep their
+# type's row locked (the foreign key is checked once per kind) until it ends.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -80,6 +81,36 @@ is($rr->query_safe(q{SELECT notif_enqueue(42, 'otp', 'race-rr')}),
 	'REPEATABLE READ: a key visible to the snapshot returns its job');
 $rr->query_safe('COMMIT');
 $rr->quit;
+
+# --- the type's row stays locked for the transaction that enqueues ---
+# The foreign key's check runs for the first job of a kind in a transaction
+# and locks the type's row in notif_type; the later jobs rely on that lock.
+# So another session cannot delete the type meanwhile: it waits, and fails
+# once the jobs commit.
+$node->safe_psql('postgres', q{INSERT INTO notif_type VALUES ('fk_held', 'at_most_once', 1, NULL)});
+my $deleter = $node->background_psql('postgres', on_error_stop => 0);
+$a->query_safe('BEGIN');
+$a->query_safe(q{SELECT count(notif_enqueue(g, 'fk_held', 'held-' || g)) FROM generate_series(1, 100) g});
+$deleter->query_until(qr/started/, q{
+\echo started
+DELETE FROM notif_type WHERE code = 'fk_held';
+});
+$node->poll_query_until('postgres',
+	q{SELECT count(*) > 0 FROM pg_stat_activity
+	   WHERE wait_event_type = 'Lock' AND query LIKE '%DELETE FROM notif_type%'})
+  or die "the DELETE of the type never waited for the enqueuer";
+$a->query_safe(q{SELECT count(notif_enqueue(g, 'fk_held', 'held-' || g)) FROM generate_series(101, 200) g});
+$a->query_safe('COMMIT');
+$deleter->query(q{SELECT 1});
+like($deleter->{stderr},
+	qr/update or delete on table "notif_type" violates foreign key constraint "notif_job_kind_fkey"/,
+	'a type deleted while a transaction enqueues its jobs waits for it, then fails on the foreign key');
+is( $node->safe_psql('postgres', q{
+		SELECT count(*) || ' ' || (SELECT count(*) FROM notif_type WHERE code = 'fk_held')
+		  FROM notif_job WHERE kind = 'fk_held'}),
+	'200 1',
+	'the 200 jobs and their type are there');
+$deleter->quit;
 
 $a->quit;
 $b->quit;
