@@ -26,6 +26,7 @@ OBJS = \
 	src/enqueue.o \
 	src/enqueue_fast.o \
 	src/enqueue_fk.o \
+	src/enqueue_indexes.o \
 	src/launcher.o \
 	src/sender.o \
 	src/sender_round.o \

@@ -119,11 +119,31 @@ SELECT c.relname, bt_index_check(c.oid, true)::text = '' AS every_row_in_it
 -- after the enqueues, the same transaction may still empty or alter the table
 BEGIN;
 SELECT notif_enqueue(6201, 'otp', 'then-truncate') > 0 AS enqueued;
-TRUNCATE notif_job, notif_active CASCADE;
+TRUNCATE notif_job CASCADE;
+SELECT notif_enqueue(6201, 'otp', 'after-truncate') > 0 AS enqueued;
 ALTER TABLE notif_job ADD COLUMN dba_note text;
 ALTER TABLE notif_job DROP COLUMN dba_note;
 ROLLBACK;
 DELETE FROM notif_job WHERE user_id IN (6200, 6201);
+
+-- an index or a CHECK on the whole row (a function of notif_job): each call
+-- evaluates it anew, as INSERT would
+CREATE FUNCTION job_sig(j notif_job) RETURNS text LANGUAGE plpgsql IMMUTABLE
+    AS $$ BEGIN RETURN j.kind || ':' || j.order_id; END $$;
+CREATE INDEX dba_job_sig ON notif_job (job_sig(notif_job));
+SELECT notif_enqueue(6202, 'otp', 'whole-row-a') > 0 AS enqueued;
+SELECT count(*) > 0 AS another_query FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid;
+SELECT notif_enqueue(6202, 'otp', 'whole-row-b') > 0 AS enqueued;
+SELECT bt_index_check('dba_job_sig', true)::text = '' AS every_row_in_it;
+DROP INDEX dba_job_sig;
+ALTER TABLE notif_job ADD CONSTRAINT dba_sig_check CHECK (job_sig(notif_job) <> 'otp:forbidden');
+SELECT notif_enqueue(6202, 'otp', 'whole-row-c') > 0 AS enqueued;
+SELECT count(*) > 0 AS another_query FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid;
+SELECT try($$SELECT notif_enqueue(6202, 'otp', 'forbidden')$$) AS forbidden;
+ALTER TABLE notif_job DROP CONSTRAINT dba_sig_check;
+DROP FUNCTION job_sig(notif_job);
+SELECT order_id FROM notif_job WHERE user_id = 6202 ORDER BY order_id;
+DELETE FROM notif_job WHERE user_id = 6202;
 DROP EXTENSION amcheck;
 
 -- the foreign key on kind: in a transaction, the first job of a kind runs

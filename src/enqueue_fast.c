@@ -13,21 +13,19 @@
  * key check on notif_type among them) fired at the end of the call, and the
  * serialization check of ON CONFLICT DO NOTHING at REPEATABLE READ.  The
  * CHECK and default expressions, and what the executor builds for each
- * index (ExecOpenIndices: its IndexInfo, the unique key's operators, a
- * partial index's predicate), are prepared once per session and forgotten
- * whenever notif_job's or notif_active's definition changes (relcache
- * callback).  Each call still opens the indexes, but keeps their locks until
- * the transaction ends, as it keeps the tables' (the executor releases an
- * index's lock at the end of each statement, and would take it again for
- * every call).
+ * index (enqueue_indexes.c), are prepared once per session and forgotten
+ * whenever notif_job's or notif_active's definition changes, or one of
+ * their indexes' (relcache callback).  The foreign key's check runs once
+ * per transaction and kind (enqueue_fk.c).
  *
  * A new job is queued work: its row in notif_active (1.2 on) is inserted
  * the same way, in the same call; that is what notif_job's statement
  * trigger notif_job_work does for other inserts, so this path skips it.
  *
  * A table this path does not know how to serve exactly as INSERT would
- * (statement or BEFORE triggers, row level security, generated columns;
- * any trigger on notif_active) makes notif_enqueue use its SPI path
+ * (statement or BEFORE triggers, row level security, generated columns, a
+ * CHECK on the whole row; any trigger on notif_active) makes notif_enqueue
+ * use its SPI path
  * instead: correctness first.
  *
  *-------------------------------------------------------------------------
@@ -48,7 +46,6 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/index.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
@@ -65,14 +62,6 @@
 #include "utils/snapmgr.h"
 
 #include "enqueue_fast.h"
-
-/* a table's indexes, as ExecOpenIndices would find and prepare them */
-typedef struct FastIndexes
-{
-	int			n;
-	Oid		   *oids;
-	IndexInfo **infos;			/* predicates and expressions prepared */
-} FastIndexes;
 
 typedef struct FastCache
 {
@@ -103,97 +92,17 @@ static const char *const given_columns[NOTIF_FAST_NCOLS] = {
 
 static const char *const work_columns[3] = {"job_id", "kind", "next_at"};
 
+/*
+ * The tables, and their indexes too: a change to an index's pg_index row
+ * (CREATE INDEX CONCURRENTLY marking it ready) invalidates the index itself.
+ */
 static void
 fast_cache_invalidate(Datum arg, Oid relid)
 {
-	if (relid == InvalidOid || relid == cache.relid || relid == cache.work_relid)
+	if (relid == InvalidOid || relid == cache.relid || relid == cache.work_relid ||
+		notif_fast_index_in(&cache.indexes, relid) ||
+		notif_fast_index_in(&cache.work_indexes, relid))
 		cache.valid = false;
-}
-
-/*
- * Prepare, in the cache's context (the current one), what ExecOpenIndices
- * builds for each index of rel: BuildIndexInfo (and for a unique index that
- * may arbitrate, BuildSpeculativeIndexInfo), with the predicate and the
- * expressions prepared as ExecInsertIndexTuples and FormIndexDatum would
- * prepare them in each statement.
- */
-static void
-prepare_indexes(Relation rel, bool speculative, FastIndexes *fi)
-{
-	List	   *oids = RelationGetIndexList(rel);
-	ListCell   *lc;
-
-	fi->n = list_length(oids);
-	fi->oids = palloc0(sizeof(Oid) * (fi->n + 1));
-	fi->infos = palloc0(sizeof(IndexInfo *) * (fi->n + 1));
-	foreach(lc, oids)
-	{
-		int			i = foreach_current_index(lc);
-		Relation	idx = index_open(lfirst_oid(lc), AccessShareLock);
-		IndexInfo  *ii = BuildIndexInfo(idx);
-
-		if (speculative && ii->ii_Unique)
-			BuildSpeculativeIndexInfo(idx, ii);
-		if (ii->ii_Predicate != NIL)
-			ii->ii_PredicateState =
-				ExecInitQual((List *) expression_planner((Expr *) ii->ii_Predicate), NULL);
-		if (ii->ii_Expressions != NIL)
-		{
-			ListCell   *le;
-
-			foreach(le, ii->ii_Expressions)
-				ii->ii_ExpressionsState =
-				lappend(ii->ii_ExpressionsState,
-						ExecInitExpr(expression_planner((Expr *) lfirst(le)), NULL));
-		}
-		fi->oids[i] = lfirst_oid(lc);
-		fi->infos[i] = ii;
-		index_close(idx, AccessShareLock);
-	}
-	list_free(oids);
-}
-
-/*
- * ExecOpenIndices(rri, ...) from the prepared indexes.  Each IndexInfo is
- * copied, so that an access method's per-statement state (ii_AmCache, in
- * ii_Context) lives in this call's memory.  The indexes' locks stay until
- * the transaction ends: close_indexes() closes them with NoLock.
- */
-static void
-open_indexes(ResultRelInfo *rri, const FastIndexes *fi)
-{
-	int			i;
-
-	rri->ri_NumIndices = fi->n;
-	if (fi->n == 0)
-		return;
-	rri->ri_IndexRelationDescs = palloc(sizeof(Relation) * fi->n);
-	rri->ri_IndexRelationInfo = palloc(sizeof(IndexInfo *) * fi->n);
-	for (i = 0; i < fi->n; i++)
-	{
-		IndexInfo  *ii = palloc(sizeof(IndexInfo));
-
-		memcpy(ii, fi->infos[i], sizeof(IndexInfo));
-		ii->ii_AmCache = NULL;
-		ii->ii_Context = CurrentMemoryContext;
-		rri->ri_IndexRelationDescs[i] = index_open(fi->oids[i], RowExclusiveLock);
-		rri->ri_IndexRelationInfo[i] = ii;
-	}
-}
-
-/* closes what open_indexes opened, keeping the locks */
-static void
-close_indexes(ResultRelInfo *rri)
-{
-	int			i;
-
-	for (i = 0; i < rri->ri_NumIndices; i++)
-	{
-		if (rri->ri_IndexRelationDescs[i] == NULL)
-			continue;
-		index_close(rri->ri_IndexRelationDescs[i], NoLock);
-		rri->ri_IndexRelationDescs[i] = NULL;	/* for ExecCloseIndices */
-	}
 }
 
 /*
@@ -316,6 +225,8 @@ fast_cache_build(Oid nspid)
 		{
 			Expr	   *check = stringToNode(desc->constr->check[i].ccbin);
 
+			if (notif_whole_row((Node *) check))
+				goto unusable;	/* its state cannot outlive a call */
 			cache.checks[i] = ExecInitExpr(expression_planner(check), NULL);
 		}
 	}
@@ -339,7 +250,7 @@ fast_cache_build(Oid nspid)
 	}
 	if (!OidIsValid(cache.arbiter))
 		goto unusable;
-	prepare_indexes(rel, true, &cache.indexes);
+	notif_fast_prepare_indexes(rel, true, &cache.indexes);
 	cache.fk_skippable = notif_fk_check_skippable(rel, nspid, cache.att[NOTIF_FAST_KIND]);
 
 	/* notif_active (1.2 on, with its trigger): a new job is queued work */
@@ -353,7 +264,7 @@ fast_cache_build(Oid nspid)
 							  work->rd_rel->relkind != RELKIND_RELATION);
 
 		if (plain)
-			prepare_indexes(work, false, &cache.work_indexes);
+			notif_fast_prepare_indexes(work, false, &cache.work_indexes);
 		table_close(work, AccessShareLock);
 		if (!plain)
 			goto unusable;
@@ -395,6 +306,19 @@ notif_fast_usable(Oid nspid)
 	CommandCounterIncrement();
 	if (!cache.valid || cache.nspid != nspid)
 		fast_cache_build(nspid);
+
+	/*
+	 * notif_active too, before its indexes are used: an index created on it
+	 * and committed before this lock is in the cache, one committed after it
+	 * waits for this transaction.  Its lock may have made the cache stale.
+	 */
+	while (cache.usable && OidIsValid(cache.work_relid))
+	{
+		LockRelationOid(cache.work_relid, RowExclusiveLock);
+		if (cache.valid)
+			break;
+		fast_cache_build(nspid);
+	}
 	return cache.usable;
 }
 
@@ -438,7 +362,7 @@ insert_work(EState *estate, Datum id, Datum kind, Datum next_at)
 	int			i;
 
 	InitResultRelInfo(rri, rel, 0, NULL, 0);
-	open_indexes(rri, &cache.work_indexes);
+	notif_fast_open_indexes(rri, &cache.work_indexes);
 	estate->es_opened_result_relations = lappend(estate->es_opened_result_relations, rri);
 	slot = table_slot_create(rel, &estate->es_tupleTable);
 	ExecClearTuple(slot);
@@ -488,7 +412,7 @@ notif_fast_insert(Datum *given, bool *given_null, bool *inserted)
 	rel = table_open(cache.relid, RowExclusiveLock);
 	InitResultRelInfo(rri, rel, 0, NULL, 0);	/* no range table */
 	rri->ri_ConstraintExprs = cache.checks;
-	open_indexes(rri, &cache.indexes);
+	notif_fast_open_indexes(rri, &cache.indexes);
 	/* where the trigger machinery looks for the relation (not reopening it) */
 	estate->es_opened_result_relations = list_make1(rri);
 	slot = table_slot_create(rel, &estate->es_tupleTable);
@@ -559,7 +483,7 @@ notif_fast_insert(Datum *given, bool *given_null, bool *inserted)
 
 	/* our indexes, keeping their locks; then what the triggers opened */
 	foreach(lc, estate->es_opened_result_relations)
-		close_indexes(lfirst(lc));
+		notif_fast_close_indexes(lfirst(lc));
 	ExecCloseResultRelations(estate);
 	if (work)
 		table_close(work, NoLock);

@@ -8,6 +8,7 @@
 #ifndef NOTIF_ENQUEUE_FAST_H
 #define NOTIF_ENQUEUE_FAST_H
 
+#include "nodes/execnodes.h"
 #include "utils/rel.h"
 
 /* the values notif_enqueue gives, in this order */
@@ -22,8 +23,23 @@ enum
 	NOTIF_FAST_NCOLS
 };
 
+/* a table's indexes, as ExecOpenIndices would find and prepare them */
+typedef struct FastIndexes
+{
+	int			n;
+	Oid		   *oids;
+	IndexInfo **infos;			/* predicates and expressions prepared */
+} FastIndexes;
+
 extern bool notif_fast_usable(Oid nspid);
 extern int64 notif_fast_insert(Datum *given, bool *given_null, bool *inserted);
+
+/* enqueue_indexes.c */
+extern bool notif_fast_index_in(const FastIndexes *fi, Oid relid);
+extern bool notif_whole_row(Node *expr);
+extern void notif_fast_prepare_indexes(Relation rel, bool speculative, FastIndexes *fi);
+extern void notif_fast_open_indexes(ResultRelInfo *rri, const FastIndexes *fi);
+extern void notif_fast_close_indexes(ResultRelInfo *rri);
 
 /* enqueue_fk.c */
 extern bool notif_fk_check_skippable(Relation rel, Oid nspid, AttrNumber kind_att);

@@ -1,7 +1,8 @@
 # 001_concurrent_enqueue.pl: notif_enqueue under concurrency.  Sessions that
 # enqueue the same (user_id, kind, order_id) at once end with one row, and
 # every one of them gets that row's id.  A transaction's jobs keep their
-# type's row locked (the foreign key is checked once per kind) until it ends.
+# type's row locked (the foreign key is checked once per kind) until it ends,
+# and an index created on notif_active during a call waits for it.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -111,6 +112,61 @@ is( $node->safe_psql('postgres', q{
 	'200 1',
 	'the 200 jobs and their type are there');
 $deleter->quit;
+
+# --- an index created on notif_active while an enqueue is in its call ---
+# The enqueue locks notif_active before it uses its (cached) indexes: a
+# CREATE INDEX that comes while the call is stalled (here in a CHECK that
+# waits for an advisory lock) waits for the enqueue's transaction, and the
+# new index has the job.
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION amcheck;
+	CREATE FUNCTION stall_for(u bigint) RETURNS boolean LANGUAGE plpgsql AS $$
+	BEGIN
+		IF u = 777 THEN PERFORM pg_advisory_xact_lock_shared(4242); END IF;
+		RETURN true;
+	END $$;
+	ALTER TABLE notif_job ADD CONSTRAINT stall CHECK (stall_for(user_id));
+});
+my $holder = $node->background_psql('postgres');
+$holder->query_safe('SELECT pg_advisory_lock(4242)');
+$a->query_until(qr/started/, q{
+\echo started
+SELECT notif_enqueue(777, 'otp', 'index-race') AS race_id \gset
+});
+$node->poll_query_until('postgres',
+	q{SELECT count(*) > 0 FROM pg_stat_activity
+	   WHERE wait_event = 'advisory' AND query LIKE '%notif_enqueue%'})
+  or die "the enqueue never stalled in its CHECK";
+$b->query_until(qr/started/, q{
+\echo started
+CREATE INDEX race_idx ON notif_active (next_at);
+});
+$node->poll_query_until('postgres', q{
+	SELECT EXISTS (SELECT FROM pg_stat_activity
+	                WHERE wait_event_type = 'Lock' AND query LIKE 'CREATE INDEX race_idx%')
+	    OR EXISTS (SELECT FROM pg_class WHERE relname = 'race_idx')})
+  or die "CREATE INDEX neither waited nor ended";
+is( $node->safe_psql('postgres', q{
+		SELECT count(*) FROM pg_stat_activity
+		 WHERE wait_event_type = 'Lock' AND query LIKE 'CREATE INDEX race_idx%'}),
+	'1',
+	'a CREATE INDEX on notif_active waits for the enqueue in its call');
+$holder->query_safe('SELECT pg_advisory_unlock(4242)');
+my $race_id = $a->query_safe('SELECT :race_id');
+$b->query_safe('SELECT 1');
+is( $node->safe_psql('postgres', q{
+		SELECT bt_index_check('race_idx', true)::text = ''
+		   AND EXISTS (SELECT FROM notif_active a JOIN notif_job j ON j.id = a.job_id
+		                WHERE j.order_id = 'index-race')}),
+	't',
+	'the index created meanwhile has the job');
+$node->safe_psql('postgres', q{
+	DROP INDEX race_idx;
+	ALTER TABLE notif_job DROP CONSTRAINT stall;
+	DROP FUNCTION stall_for(bigint);
+	DROP EXTENSION amcheck;
+});
+$holder->quit;
 
 $a->quit;
 $b->quit;

@@ -1,0 +1,141 @@
+/*-------------------------------------------------------------------------
+ *
+ * enqueue_indexes.c
+ *      The indexes of notif_job and notif_active for the enqueue fast path:
+ *      what ExecOpenIndices and ExecInsertIndexTuples build in every
+ *      statement, prepared once per session (enqueue_fast.c forgets it with
+ *      the rest of its cache when a table or one of its indexes changes).
+ *
+ * Each call still opens the indexes, from a copy of their prepared
+ * IndexInfo, and keeps their ROW EXCLUSIVE locks until the transaction ends,
+ * as it keeps the tables' (the executor releases an index's lock at the end
+ * of each statement; a plain INSERT ... ON CONFLICT keeps them too).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/sysattr.h"
+#include "catalog/index.h"
+#include "executor/executor.h"
+#include "nodes/nodeFuncs.h"
+#include "optimizer/optimizer.h"
+#include "utils/rel.h"
+
+#include "enqueue_fast.h"
+
+bool
+notif_fast_index_in(const FastIndexes *fi, Oid relid)
+{
+	int			i;
+
+	for (i = 0; i < fi->n; i++)
+		if (fi->oids[i] == relid)
+			return true;
+	return false;
+}
+
+
+/*
+ * Whether expr refers to the whole row (a Var of attribute 0).  Evaluating
+ * such a reference keeps a tuple descriptor in the statement's memory, so
+ * its prepared state cannot outlive one call.
+ */
+bool
+notif_whole_row(Node *expr)
+{
+	Bitmapset  *attrs = NULL;
+
+	pull_varattnos(expr, 1, &attrs);
+	return bms_is_member(InvalidAttrNumber - FirstLowInvalidHeapAttributeNumber, attrs);
+}
+
+
+/*
+ * Prepare, in the cache's context (the current one), what ExecOpenIndices
+ * builds for each index of rel: BuildIndexInfo (and for a unique index that
+ * may arbitrate, BuildSpeculativeIndexInfo), with the predicate and the
+ * expressions prepared as ExecInsertIndexTuples and FormIndexDatum would
+ * prepare them in each statement; an index whose predicate or expressions
+ * refer to the whole row leaves that to each call.
+ */
+void
+notif_fast_prepare_indexes(Relation rel, bool speculative, FastIndexes *fi)
+{
+	List	   *oids = RelationGetIndexList(rel);
+	ListCell   *lc;
+
+	fi->n = list_length(oids);
+	fi->oids = palloc0(sizeof(Oid) * (fi->n + 1));
+	fi->infos = palloc0(sizeof(IndexInfo *) * (fi->n + 1));
+	foreach(lc, oids)
+	{
+		int			i = foreach_current_index(lc);
+		Relation	idx = index_open(lfirst_oid(lc), AccessShareLock);
+		IndexInfo  *ii = BuildIndexInfo(idx);
+
+		if (speculative && ii->ii_Unique)
+			BuildSpeculativeIndexInfo(idx, ii);
+		if (!notif_whole_row((Node *) ii->ii_Predicate) && !notif_whole_row((Node *) ii->ii_Expressions))
+		{
+			ListCell   *le;
+
+			if (ii->ii_Predicate != NIL)
+				ii->ii_PredicateState =
+					ExecInitQual((List *) expression_planner((Expr *) ii->ii_Predicate), NULL);
+			foreach(le, ii->ii_Expressions)
+				ii->ii_ExpressionsState =
+					lappend(ii->ii_ExpressionsState,
+							ExecInitExpr(expression_planner((Expr *) lfirst(le)), NULL));
+		}
+		fi->oids[i] = lfirst_oid(lc);
+		fi->infos[i] = ii;
+		index_close(idx, AccessShareLock);
+	}
+	list_free(oids);
+}
+
+/*
+ * ExecOpenIndices(rri, ...) from the prepared indexes.  Each IndexInfo is
+ * copied, so that an access method's per-statement state (ii_AmCache, in
+ * ii_Context) lives in this call's memory.  The indexes' locks stay until
+ * the transaction ends: notif_fast_close_indexes() closes them with NoLock.
+ */
+void
+notif_fast_open_indexes(ResultRelInfo *rri, const FastIndexes *fi)
+{
+	int			i;
+
+	rri->ri_NumIndices = fi->n;
+	if (fi->n == 0)
+		return;
+	rri->ri_IndexRelationDescs = palloc(sizeof(Relation) * fi->n);
+	rri->ri_IndexRelationInfo = palloc(sizeof(IndexInfo *) * fi->n);
+	for (i = 0; i < fi->n; i++)
+	{
+		IndexInfo  *ii = palloc(sizeof(IndexInfo));
+
+		memcpy(ii, fi->infos[i], sizeof(IndexInfo));
+		ii->ii_AmCache = NULL;
+		ii->ii_Context = CurrentMemoryContext;
+		rri->ri_IndexRelationDescs[i] = index_open(fi->oids[i], RowExclusiveLock);
+		rri->ri_IndexRelationInfo[i] = ii;
+	}
+}
+
+/* closes what open_indexes opened, keeping the locks */
+void
+notif_fast_close_indexes(ResultRelInfo *rri)
+{
+	int			i;
+
+	for (i = 0; i < rri->ri_NumIndices; i++)
+	{
+		if (rri->ri_IndexRelationDescs[i] == NULL)
+			continue;
+		index_close(rri->ri_IndexRelationDescs[i], NoLock);
+		rri->ri_IndexRelationDescs[i] = NULL;	/* for ExecCloseIndices */
+	}
+}
+
