@@ -146,6 +146,49 @@ SELECT order_id FROM notif_job WHERE user_id = 6202 ORDER BY order_id;
 DELETE FROM notif_job WHERE user_id = 6202;
 DROP EXTENSION amcheck;
 
+-- a column of a domain type, with a default: the domain's constraints as
+-- they are now, even one added after the session's first enqueue
+CREATE DOMAIN tenant_code AS text CHECK (VALUE ~ '^[a-z]{2}$');
+ALTER TABLE notif_job ADD COLUMN tenant tenant_code DEFAULT 'vn';
+SELECT notif_enqueue(6203, 'otp', 'tenant-vn') > 0 AS enqueued;
+ALTER DOMAIN tenant_code ADD CONSTRAINT tenant_not_vn CHECK (VALUE <> 'vn') NOT VALID;
+SELECT try($$SELECT notif_enqueue(6203, 'otp', 'tenant-vn-again')$$) AS domain_checked;
+ALTER TABLE notif_job DROP COLUMN tenant;
+DROP DOMAIN tenant_code;
+
+-- a trigger that enqueues, while its own enqueue is in its call, even one
+-- that changes notif_job's definition first (a GRANT): the inner enqueue
+-- goes through the SPI path, the outer one ends as usual
+CREATE FUNCTION enqueue_echo() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.order_id NOT LIKE 'echo-%' THEN
+        GRANT SELECT ON notif_job TO PUBLIC;
+        REVOKE SELECT ON notif_job FROM PUBLIC;
+        PERFORM notif_enqueue(NEW.user_id, 'promo', 'echo-' || NEW.order_id);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER enqueue_echo AFTER INSERT ON notif_job FOR EACH ROW EXECUTE FUNCTION enqueue_echo();
+SELECT count(notif_enqueue(6204, 'otp', 'nested-' || g)) AS enqueued FROM generate_series(1, 3) g;
+DROP TRIGGER enqueue_echo ON notif_job;
+DROP FUNCTION enqueue_echo();
+-- and a CHECK that enqueues, odd as it is: the same
+CREATE FUNCTION echo_checked(u bigint, o text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    IF o NOT LIKE 'echo-%' THEN
+        GRANT SELECT ON notif_job TO PUBLIC;
+        REVOKE SELECT ON notif_job FROM PUBLIC;
+        PERFORM notif_enqueue(u, 'promo', 'echo-' || o);
+    END IF;
+    RETURN true;
+END $$;
+ALTER TABLE notif_job ADD CONSTRAINT echo_checked CHECK (echo_checked(user_id, order_id)) NOT VALID;
+SELECT count(notif_enqueue(6204, 'otp', 'checked-' || g)) AS enqueued FROM generate_series(1, 3) g;
+ALTER TABLE notif_job DROP CONSTRAINT echo_checked;
+DROP FUNCTION echo_checked(bigint, text);
+SELECT kind, order_id FROM notif_job WHERE user_id = 6204 ORDER BY order_id;
+DELETE FROM notif_job WHERE user_id IN (6203, 6204);
+
 -- the foreign key on kind: in a transaction, the first job of a kind runs
 -- its check, which locks the type's row in notif_type until the end; the
 -- next jobs of that kind rely on that lock.  A subtransaction that rolls

@@ -85,12 +85,18 @@ typedef struct FastCache
 
 static FastCache cache;
 static bool callback_registered = false;
+static bool fast_active = false;	/* a notif_fast_insert() is running */
 
 static const char *const given_columns[NOTIF_FAST_NCOLS] = {
 	"user_id", "kind", "order_id", "payload", "next_at", "deadline_at"
 };
 
+static const Oid given_types[NOTIF_FAST_NCOLS] = {
+	INT8OID, TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TIMESTAMPTZOID
+};
+
 static const char *const work_columns[3] = {"job_id", "kind", "next_at"};
+static const Oid work_types[3] = {INT8OID, TEXTOID, TIMESTAMPTZOID};
 
 /*
  * The tables, and their indexes too: a change to an index's pg_index row
@@ -187,8 +193,14 @@ fast_cache_build(Oid nspid)
 	cache.natts = desc->natts;
 	for (i = 0; i < NOTIF_FAST_NCOLS; i++)
 	{
+		Form_pg_attribute attr;
+
 		cache.att[i] = get_attnum(cache.relid, given_columns[i]);
 		if (cache.att[i] == InvalidAttrNumber)
+			goto unusable;
+		/* the values go in as notif_enqueue has them: no coercion here */
+		attr = TupleDescAttr(desc, cache.att[i] - 1);
+		if (attr->atttypid != given_types[i] || attr->atttypmod != -1)
 			goto unusable;
 	}
 	cache.att_id = get_attnum(cache.relid, "id");
@@ -214,7 +226,12 @@ fast_cache_build(Oid nspid)
 			continue;
 		expr = build_column_default(rel, attr->attnum);
 		if (expr)
-			cache.defaults[i] = ExecInitExpr(expression_planner((Expr *) expr), NULL);
+		{
+			expr = (Node *) expression_planner((Expr *) expr);
+			if (notif_expr_per_call(expr))
+				goto unusable;	/* a domain's default: its checks may change */
+			cache.defaults[i] = ExecInitExpr((Expr *) expr, NULL);
+		}
 	}
 
 	/* the CHECK constraints, in the order ExecConstraints expects them */
@@ -223,11 +240,11 @@ fast_cache_build(Oid nspid)
 		cache.checks = palloc0(sizeof(ExprState *) * desc->constr->num_check);
 		for (i = 0; i < desc->constr->num_check; i++)
 		{
-			Expr	   *check = stringToNode(desc->constr->check[i].ccbin);
+			Expr	   *check = expression_planner(stringToNode(desc->constr->check[i].ccbin));
 
-			if (notif_whole_row((Node *) check))
+			if (notif_expr_per_call((Node *) check))
 				goto unusable;	/* its state cannot outlive a call */
-			cache.checks[i] = ExecInitExpr(expression_planner(check), NULL);
+			cache.checks[i] = ExecInitExpr(check, NULL);
 		}
 	}
 
@@ -263,6 +280,10 @@ fast_cache_build(Oid nspid)
 		bool		plain = !(wtrig || work->rd_rel->relrowsecurity ||
 							  work->rd_rel->relkind != RELKIND_RELATION);
 
+		/* insert_work fills its three columns, the others stay NULL */
+		for (i = 0; plain && i < RelationGetDescr(work)->natts; i++)
+			if (TupleDescAttr(RelationGetDescr(work), i)->atthasdef)
+				plain = false;
 		if (plain)
 			notif_fast_prepare_indexes(work, false, &cache.work_indexes);
 		table_close(work, AccessShareLock);
@@ -271,7 +292,8 @@ fast_cache_build(Oid nspid)
 		for (i = 0; i < 3; i++)
 		{
 			cache.work_att[i] = get_attnum(cache.work_relid, work_columns[i]);
-			if (cache.work_att[i] == InvalidAttrNumber)
+			if (cache.work_att[i] == InvalidAttrNumber ||
+				get_atttype(cache.work_relid, cache.work_att[i]) != work_types[i])
 				goto unusable;
 		}
 	}
@@ -289,37 +311,36 @@ unusable:
 bool
 notif_fast_usable(Oid nspid)
 {
-	Oid			relid = (cache.valid && cache.nspid == nspid) ? cache.relid :
-		get_relname_relid("notif_job", nspid);
+	/* a CHECK or a trigger that enqueues, within a call: the SPI path */
+	if (fast_active)
+		return false;
 
 	/*
-	 * Lock notif_job as the insert will (until the transaction ends) before
-	 * the cache is checked: taking the lock reads the invalidations committed
-	 * before it, and no ALTER (an ALTER EXTENSION UPDATE that adds
-	 * notif_active) can commit between the check and the insert.  As SPI
-	 * does before a statement that writes, the command counter moves on,
-	 * which also reads this transaction's own changes to the tables'
+	 * As SPI does before a statement that writes, the command counter moves
+	 * on, which also reads this transaction's own changes to the tables'
 	 * definitions (an index created since the last call).
 	 */
-	if (OidIsValid(relid))
-		LockRelationOid(relid, RowExclusiveLock);
 	CommandCounterIncrement();
-	if (!cache.valid || cache.nspid != nspid)
-		fast_cache_build(nspid);
 
 	/*
-	 * notif_active too, before its indexes are used: an index created on it
-	 * and committed before this lock is in the cache, one committed after it
-	 * waits for this transaction.  Its lock may have made the cache stale.
+	 * Lock notif_job and notif_active as the insert will (until the
+	 * transaction ends), and use the cache only if it is still valid once
+	 * both are locked: taking a lock reads the invalidations committed before
+	 * it, and a change to either table or its indexes (an index created, an
+	 * ALTER EXTENSION UPDATE) that commits after it waits for this
+	 * transaction.
 	 */
-	while (cache.usable && OidIsValid(cache.work_relid))
+	for (;;)
 	{
-		LockRelationOid(cache.work_relid, RowExclusiveLock);
+		if (!cache.valid || cache.nspid != nspid)
+			fast_cache_build(nspid);
+		if (OidIsValid(cache.relid))
+			LockRelationOid(cache.relid, RowExclusiveLock);
+		if (cache.usable && OidIsValid(cache.work_relid))
+			LockRelationOid(cache.work_relid, RowExclusiveLock);
 		if (cache.valid)
-			break;
-		fast_cache_build(nspid);
+			return cache.usable;
 	}
-	return cache.usable;
 }
 
 /* the id of the row at tid; at REPEATABLE READ it must be visible to us */
@@ -383,12 +404,9 @@ insert_work(EState *estate, Datum id, Datum kind, Datum next_at)
 	return rel;
 }
 
-/*
- * Insert the job, or find the existing one with its key.  Returns the id;
- * *inserted says which.  The caller has checked notif_fast_usable().
- */
-int64
-notif_fast_insert(Datum *given, bool *given_null, bool *inserted)
+/* notif_fast_insert's work */
+static int64
+fast_insert(Datum *given, bool *given_null, bool *inserted)
 {
 	EState	   *estate = CreateExecutorState();
 	ExprContext *econtext = GetPerTupleExprContext(estate);
@@ -491,5 +509,29 @@ notif_fast_insert(Datum *given, bool *given_null, bool *inserted)
 	ExecResetTupleTable(estate->es_tupleTable, false);
 	MemoryContextSwitchTo(old);
 	FreeExecutorState(estate);
+	return id;
+}
+
+/*
+ * Insert the job, or find the existing one with its key.  Returns the id;
+ * *inserted says which.  The caller has checked notif_fast_usable().  While
+ * a call runs (its CHECKs, its triggers), a nested notif_enqueue takes the
+ * SPI path: rebuilding the cache would free what this call is using.
+ */
+int64
+notif_fast_insert(Datum *given, bool *given_null, bool *inserted)
+{
+	volatile int64 id = 0;
+
+	fast_active = true;
+	PG_TRY();
+	{
+		id = fast_insert(given, given_null, inserted);
+	}
+	PG_FINALLY();
+	{
+		fast_active = false;
+	}
+	PG_END_TRY();
 	return id;
 }

@@ -36,7 +36,7 @@ extern int64 notif_fast_insert(Datum *given, bool *given_null, bool *inserted);
 
 /* enqueue_indexes.c */
 extern bool notif_fast_index_in(const FastIndexes *fi, Oid relid);
-extern bool notif_whole_row(Node *expr);
+extern bool notif_expr_per_call(Node *expr);
 extern void notif_fast_prepare_indexes(Relation rel, bool speculative, FastIndexes *fi);
 extern void notif_fast_open_indexes(ResultRelInfo *rri, const FastIndexes *fi);
 extern void notif_fast_close_indexes(ResultRelInfo *rri);

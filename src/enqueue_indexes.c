@@ -37,18 +37,29 @@ notif_fast_index_in(const FastIndexes *fi, Oid relid)
 }
 
 
+static bool
+per_call_walker(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Var) && ((Var *) node)->varattno == InvalidAttrNumber)
+		return true;
+	if (IsA(node, ConvertRowtypeExpr) || IsA(node, CoerceToDomain))
+		return true;
+	return expression_tree_walker(node, per_call_walker, context);
+}
+
 /*
- * Whether expr refers to the whole row (a Var of attribute 0).  Evaluating
- * such a reference keeps a tuple descriptor in the statement's memory, so
- * its prepared state cannot outlive one call.
+ * Whether a state prepared for expr (planned) once per session would be
+ * wrong at a later call: a reference to the whole row and a row type
+ * conversion keep what they build at their first evaluation in the
+ * statement's memory, and a domain's constraints are read when the state is
+ * prepared (ALTER DOMAIN would not be seen).
  */
 bool
-notif_whole_row(Node *expr)
+notif_expr_per_call(Node *expr)
 {
-	Bitmapset  *attrs = NULL;
-
-	pull_varattnos(expr, 1, &attrs);
-	return bms_is_member(InvalidAttrNumber - FirstLowInvalidHeapAttributeNumber, attrs);
+	return per_call_walker(expr, NULL);
 }
 
 
@@ -57,8 +68,8 @@ notif_whole_row(Node *expr)
  * builds for each index of rel: BuildIndexInfo (and for a unique index that
  * may arbitrate, BuildSpeculativeIndexInfo), with the predicate and the
  * expressions prepared as ExecInsertIndexTuples and FormIndexDatum would
- * prepare them in each statement; an index whose predicate or expressions
- * refer to the whole row leaves that to each call.
+ * prepare them in each statement, unless notif_expr_per_call says they
+ * cannot be kept.
  */
 void
 notif_fast_prepare_indexes(Relation rel, bool speculative, FastIndexes *fi)
@@ -66,9 +77,9 @@ notif_fast_prepare_indexes(Relation rel, bool speculative, FastIndexes *fi)
 	List	   *oids = RelationGetIndexList(rel);
 	ListCell   *lc;
 
+	fi->oids = palloc0(sizeof(Oid) * (list_length(oids) + 1));
+	fi->infos = palloc0(sizeof(IndexInfo *) * (list_length(oids) + 1));
 	fi->n = list_length(oids);
-	fi->oids = palloc0(sizeof(Oid) * (fi->n + 1));
-	fi->infos = palloc0(sizeof(IndexInfo *) * (fi->n + 1));
 	foreach(lc, oids)
 	{
 		int			i = foreach_current_index(lc);
@@ -77,17 +88,22 @@ notif_fast_prepare_indexes(Relation rel, bool speculative, FastIndexes *fi)
 
 		if (speculative && ii->ii_Unique)
 			BuildSpeculativeIndexInfo(idx, ii);
-		if (!notif_whole_row((Node *) ii->ii_Predicate) && !notif_whole_row((Node *) ii->ii_Expressions))
 		{
-			ListCell   *le;
+			Expr	   *pred = ii->ii_Predicate ?
+				expression_planner((Expr *) ii->ii_Predicate) : NULL;
+			List	   *exprs = (List *) expression_planner((Expr *) ii->ii_Expressions);
 
-			if (ii->ii_Predicate != NIL)
-				ii->ii_PredicateState =
-					ExecInitQual((List *) expression_planner((Expr *) ii->ii_Predicate), NULL);
-			foreach(le, ii->ii_Expressions)
-				ii->ii_ExpressionsState =
-					lappend(ii->ii_ExpressionsState,
-							ExecInitExpr(expression_planner((Expr *) lfirst(le)), NULL));
+			/* else left to each call (FormIndexDatum, ExecInsertIndexTuples) */
+			if (!notif_expr_per_call((Node *) pred) && !notif_expr_per_call((Node *) exprs))
+			{
+				ListCell   *le;
+
+				if (pred)
+					ii->ii_PredicateState = ExecInitQual((List *) pred, NULL);
+				foreach(le, exprs)
+					ii->ii_ExpressionsState = lappend(ii->ii_ExpressionsState,
+													  ExecInitExpr(lfirst(le), NULL));
+			}
 		}
 		fi->oids[i] = lfirst_oid(lc);
 		fi->infos[i] = ii;
