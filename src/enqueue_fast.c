@@ -24,9 +24,10 @@
  *
  * A table this path does not know how to serve exactly as INSERT would
  * (statement or BEFORE triggers, row level security, generated columns, a
- * CHECK on the whole row; any trigger on notif_active) makes notif_enqueue
- * use its SPI path
- * instead: correctness first.
+ * CHECK or default whose prepared state could not be kept from one call to
+ * the next, a given column of another type; any trigger or default on
+ * notif_active) makes notif_enqueue use its SPI path instead: correctness
+ * first.  So does a notif_enqueue called while another is in its call.
  *
  *-------------------------------------------------------------------------
  */
