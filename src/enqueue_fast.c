@@ -110,6 +110,7 @@ fast_cache_invalidate(Datum arg, Oid relid)
 		notif_fast_index_in(&cache.indexes, relid) ||
 		notif_fast_index_in(&cache.work_indexes, relid))
 		cache.valid = false;
+	notif_fk_relcache_changed(relid);
 }
 
 /*

@@ -45,5 +45,6 @@ extern void notif_fast_close_indexes(ResultRelInfo *rri);
 extern bool notif_fk_check_skippable(Relation rel, Oid nspid, AttrNumber kind_att);
 extern bool notif_fk_kind_locked(Datum kind);
 extern void notif_fk_kind_remember(Datum kind);
+extern void notif_fk_relcache_changed(Oid relid);
 
 #endif							/* NOTIF_ENQUEUE_FAST_H */

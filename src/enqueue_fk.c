@@ -44,7 +44,6 @@
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
-#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/syscache.h"
@@ -82,8 +81,9 @@ fk_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		forget_kinds();
 }
 
-static void
-fk_relcache_callback(Datum arg, Oid relid)
+/* from enqueue_fast.c's relcache callback (PostgreSQL has few slots) */
+void
+notif_fk_relcache_changed(Oid relid)
 {
 	if (relid == InvalidOid || relid == type_relid)
 		forget_kinds();
@@ -108,7 +108,6 @@ notif_fk_check_skippable(Relation rel, Oid nspid, AttrNumber kind_att)
 	{
 		RegisterXactCallback(fk_xact_callback, NULL);
 		RegisterSubXactCallback(fk_subxact_callback, NULL);
-		CacheRegisterRelcacheCallback(fk_relcache_callback, (Datum) 0);
 		kinds_cxt = AllocSetContextCreate(TopMemoryContext, "notif_deliver locked kinds",
 										  ALLOCSET_SMALL_SIZES);
 		callbacks_registered = true;
