@@ -25,6 +25,7 @@
 
 #include "enqueue_fast.h"
 
+/* whether relid is one of the prepared indexes */
 bool
 notif_fast_index_in(const FastIndexes *fi, Oid relid)
 {
@@ -35,7 +36,6 @@ notif_fast_index_in(const FastIndexes *fi, Oid relid)
 			return true;
 	return false;
 }
-
 
 static bool
 per_call_walker(Node *node, void *context)
@@ -62,7 +62,6 @@ notif_expr_per_call(Node *expr)
 	return per_call_walker(expr, NULL);
 }
 
-
 /*
  * Prepare, in the cache's context (the current one), what ExecOpenIndices
  * builds for each index of rel: BuildIndexInfo (and for a unique index that
@@ -85,25 +84,25 @@ notif_fast_prepare_indexes(Relation rel, bool speculative, FastIndexes *fi)
 		int			i = foreach_current_index(lc);
 		Relation	idx = index_open(lfirst_oid(lc), AccessShareLock);
 		IndexInfo  *ii = BuildIndexInfo(idx);
+		Expr	   *pred = NULL;
+		List	   *exprs;
 
 		if (speculative && ii->ii_Unique)
 			BuildSpeculativeIndexInfo(idx, ii);
+		if (ii->ii_Predicate != NIL)
+			pred = expression_planner((Expr *) ii->ii_Predicate);
+		exprs = (List *) expression_planner((Expr *) ii->ii_Expressions);
+
+		/* else left to each call (FormIndexDatum, ExecInsertIndexTuples) */
+		if (!notif_expr_per_call((Node *) pred) && !notif_expr_per_call((Node *) exprs))
 		{
-			Expr	   *pred = ii->ii_Predicate ?
-				expression_planner((Expr *) ii->ii_Predicate) : NULL;
-			List	   *exprs = (List *) expression_planner((Expr *) ii->ii_Expressions);
+			ListCell   *le;
 
-			/* else left to each call (FormIndexDatum, ExecInsertIndexTuples) */
-			if (!notif_expr_per_call((Node *) pred) && !notif_expr_per_call((Node *) exprs))
-			{
-				ListCell   *le;
-
-				if (pred)
-					ii->ii_PredicateState = ExecInitQual((List *) pred, NULL);
-				foreach(le, exprs)
-					ii->ii_ExpressionsState = lappend(ii->ii_ExpressionsState,
-													  ExecInitExpr(lfirst(le), NULL));
-			}
+			if (pred)
+				ii->ii_PredicateState = ExecInitQual((List *) pred, NULL);
+			foreach(le, exprs)
+				ii->ii_ExpressionsState = lappend(ii->ii_ExpressionsState,
+												  ExecInitExpr(lfirst(le), NULL));
 		}
 		fi->oids[i] = lfirst_oid(lc);
 		fi->infos[i] = ii;
@@ -140,7 +139,7 @@ notif_fast_open_indexes(ResultRelInfo *rri, const FastIndexes *fi)
 	}
 }
 
-/* closes what open_indexes opened, keeping the locks */
+/* closes what notif_fast_open_indexes opened, keeping the locks */
 void
 notif_fast_close_indexes(ResultRelInfo *rri)
 {
