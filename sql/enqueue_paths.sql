@@ -220,5 +220,15 @@ DELETE FROM notif_type WHERE code = 'fk_probe';
 SET LOCAL session_replication_role = origin;
 SELECT try($$SELECT notif_enqueue(6351, 'fk_probe', 'as-origin')$$) AS type_gone;
 ROLLBACK;
-DELETE FROM notif_job WHERE user_id BETWEEN 6300 AND 6351;
+-- what a transaction's check locked ends with it: the next transaction
+-- checks again
+SELECT notif_enqueue(6352, 'fk_probe', 'committed') > 0 AS enqueued;
+BEGIN;
+DELETE FROM notif_job WHERE kind = 'fk_probe';
+SET LOCAL session_replication_role = replica;
+DELETE FROM notif_type WHERE code = 'fk_probe';
+SET LOCAL session_replication_role = origin;
+SELECT try($$SELECT notif_enqueue(6352, 'fk_probe', 'next-transaction')$$) AS type_gone;
+ROLLBACK;
+DELETE FROM notif_job WHERE user_id BETWEEN 6300 AND 6352;
 DELETE FROM notif_type WHERE code = 'fk_probe';
