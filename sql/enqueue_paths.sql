@@ -93,6 +93,11 @@ SELECT count(*) AS work_without_job FROM notif_active a
 -- btree), a unique index is enforced (and nothing is half-written), and a
 -- dropped index is no longer written
 CREATE EXTENSION amcheck;
+-- every btree of notif_job and notif_active, checked to hold every row
+CREATE TEMP VIEW btrees_complete AS
+SELECT c.relname, bt_index_check(c.oid, true)::text = '' AS every_row_in_it
+  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam
+ WHERE i.indrelid IN ('notif_job'::regclass, 'notif_active'::regclass) AND am.amname = 'btree';
 BEGIN;
 SELECT notif_enqueue(6200, 'otp', 'before-indexes') > 0 AS enqueued;
 CREATE INDEX dba_order_lower ON notif_job (lower(order_id));
@@ -105,17 +110,11 @@ ROLLBACK TO s;
 SELECT count(*) AS same_text_rows FROM notif_job WHERE order_id = 'same-text';
 SELECT count(*) AS same_text_work FROM notif_active a JOIN notif_job j ON j.id = a.job_id
  WHERE j.order_id = 'same-text';
-SELECT c.relname, bt_index_check(c.oid, true)::text = '' AS every_row_in_it
-  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam
- WHERE i.indrelid IN ('notif_job'::regclass, 'notif_active'::regclass) AND am.amname = 'btree'
- ORDER BY c.relname;
+SELECT * FROM btrees_complete ORDER BY relname;
 DROP INDEX dba_order_lower, dba_otp_users, dba_one_otp;
 SELECT notif_enqueue(6200, 'otp', 'after-drop-index', '{"text":"a"}') > 0 AS enqueued;
 COMMIT;
-SELECT c.relname, bt_index_check(c.oid, true)::text = '' AS every_row_in_it
-  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam
- WHERE i.indrelid IN ('notif_job'::regclass, 'notif_active'::regclass) AND am.amname = 'btree'
- ORDER BY c.relname;
+SELECT * FROM btrees_complete ORDER BY relname;
 -- after the enqueues, the same transaction may still empty or alter the table
 BEGIN;
 SELECT notif_enqueue(6201, 'otp', 'then-truncate') > 0 AS enqueued;
@@ -144,6 +143,7 @@ ALTER TABLE notif_job DROP CONSTRAINT dba_sig_check;
 DROP FUNCTION job_sig(notif_job);
 SELECT order_id FROM notif_job WHERE user_id = 6202 ORDER BY order_id;
 DELETE FROM notif_job WHERE user_id = 6202;
+DROP VIEW btrees_complete;
 DROP EXTENSION amcheck;
 
 -- a column of a domain type, with a default: the domain's constraints as

@@ -18,13 +18,17 @@ $node->safe_psql('postgres', q{
 	INSERT INTO notif_type VALUES ('otp', 'at_least_once', 3, '15 seconds');
 });
 
-# Wait until some session is blocked on a lock (the second enqueuer).
+# Wait until some session whose query is LIKE $like (by default an enqueuer:
+# the second one) is blocked on a lock (advisory locks included).
 sub wait_for_lock_waiter
 {
+	my ($like, $what) = @_;
+	$like //= '%notif_enqueue%';
+	$what //= 'the second session never waited for the first';
 	$node->poll_query_until('postgres',
-		q{SELECT count(*) > 0 FROM pg_stat_activity
-		   WHERE wait_event_type = 'Lock' AND query LIKE '%notif_enqueue%'})
-	  or die "the second session never waited for the first";
+		qq{SELECT count(*) > 0 FROM pg_stat_activity
+		    WHERE wait_event_type = 'Lock' AND query LIKE '$like'})
+	  or die $what;
 }
 
 # --- A commits: B, which waited on A's uncommitted row, gets A's id ---
@@ -96,10 +100,7 @@ $deleter->query_until(qr/started/, q{
 \echo started
 DELETE FROM notif_type WHERE code = 'fk_held';
 });
-$node->poll_query_until('postgres',
-	q{SELECT count(*) > 0 FROM pg_stat_activity
-	   WHERE wait_event_type = 'Lock' AND query LIKE '%DELETE FROM notif_type%'})
-  or die "the DELETE of the type never waited for the enqueuer";
+wait_for_lock_waiter('%DELETE FROM notif_type%', 'the DELETE of the type never waited for the enqueuer');
 $a->query_safe(q{SELECT count(notif_enqueue(g, 'fk_held', 'held-' || g)) FROM generate_series(101, 200) g});
 $a->query_safe('COMMIT');
 $deleter->query(q{SELECT 1});
@@ -133,10 +134,7 @@ $a->query_until(qr/started/, q{
 \echo started
 SELECT notif_enqueue(777, 'otp', 'index-race') AS race_id \gset
 });
-$node->poll_query_until('postgres',
-	q{SELECT count(*) > 0 FROM pg_stat_activity
-	   WHERE wait_event = 'advisory' AND query LIKE '%notif_enqueue%'})
-  or die "the enqueue never stalled in its CHECK";
+wait_for_lock_waiter('%notif_enqueue%', 'the enqueue never stalled in its CHECK');
 $b->query_until(qr/started/, q{
 \echo started
 CREATE INDEX race_idx ON notif_active (next_at);
