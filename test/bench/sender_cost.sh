@@ -43,7 +43,21 @@
 # sender's rounds and this script's few polls); with two latencies, each
 # build's CPU per job at the second over the first, per round and as the
 # median of the rounds: "RESULT cost_<build>_cpu_ratio_<hi>_<lo>" (the
-# cluster) and "cost_<build>_sender_cpu_ratio_<hi>_<lo>".
+# cluster) and "cost_<build>_sender_cpu_ratio_<hi>_<lo>".  The new build
+# over the base, per round (same round and latency) and their median:
+# "RESULT cost_new_over_base_<latency>ms_cpu" (the cluster) and
+# "..._sender_cpu".
+#
+# COST_FLOOR=1: each round also runs the HTTP floor at each latency
+# (test/bench/http_floor.sh's client: the same number of calls, in flight
+# and simulator, no database; with COST_FLOOR_ARGS ["--park --no-reset
+# --curlu-dup"], the sender's own ways with libcurl: idle sockets parked,
+# handles kept without a reset, a copy of the parsed URL per call), so
+# that what each build's sender spends
+# above the HTTP part is measured side by side: its sender CPU per 1,000
+# jobs minus the floor client's, per round ("RESULT
+# cost_<build>_<latency>ms_above_floor_per_1k", the median) and new over
+# base per round ("cost_new_over_base_<latency>ms_above_floor").
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 JOBS=${1:-30000}
@@ -52,6 +66,8 @@ ROUNDS=${COST_ROUNDS:-5}
 LATENCIES=${COST_LATENCIES:-0 50}
 DELIVERY=${COST_DELIVERY:-at_least_once}
 STATS=${COST_STATS:-}
+FLOOR=${COST_FLOOR:-0}
+FLOOR_ARGS=${COST_FLOOR_ARGS:---park --no-reset --curlu-dup}
 WARM=${COST_WARM:-1000}
 case $STATS in "" | stale) ;; *) echo "COST_STATS: stale or empty, not $STATS" >&2; exit 2 ;; esac
 SIM=$BENCH_SIM_PORT
@@ -85,6 +101,10 @@ use() {
 	export PGHOST=${dir[$1]} PGPORT=${port[$1]}
 }
 
+if [ "$FLOOR" = 1 ]; then
+	CLIENT=$BENCH_DIR/http_floor
+	make -s -C "$BENCH_HERE/bench/floor" OUT="$CLIENT" >/dev/null
+fi
 sim_start main "$SIM" --hold-ms 5000
 sim_pid=${_bench_sims[0]}
 p=$BENCH_PORT
@@ -171,6 +191,21 @@ drain() {
 			snd / hz / n * 1000, wal / n, x / n * 1000 }'
 }
 
+# the HTTP floor at one latency, as a drain's line (its CPU: the client's,
+# as the sender's is the sender's; no WAL, no commits)
+floor_drain() {	# LATENCY
+	local line
+	sim_get "$SIM" "/config?latency_ms=$1" >/dev/null
+	sim_get "$SIM" /reset >/dev/null
+	# shellcheck disable=SC2086 # FLOOR_ARGS is a list of options
+	line=$("$CLIENT" --url "http://127.0.0.1:$SIM/send" --calls "$JOBS" --inflight "$INFLIGHT" \
+		--sim-pid "$sim_pid" $FLOOR_ARGS)
+	awk -v l="$1" -v n="$JOBS" '{
+		for (i = 1; i < NF; i += 2) v[$i] = $(i + 1)
+		printf "floor %s %.3f %.0f %.4f %.4f 0 0.0\n", l, n / v["calls_per_s"], v["calls_per_s"],
+			v["cpu_per_1k"], v["cpu_per_1k"] }' <<<"$line"
+}
+
 echo "sender cost: $JOBS $DELIVERY jobs per drain, $INFLIGHT in flight, $ROUNDS rounds${STATS:+, statistics $STATS (warm-up $WARM jobs)};"
 echo "base: ${bindir[base]}, new: ${bindir[new]}; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-5s %-7s %8s %8s %10s %10s %14s %10s %11s\n' round build latency seconds jobs_per_s cpu_1k sender_cpu_1k wal_per_job commits_1k
@@ -180,8 +215,8 @@ for round in $(seq 1 "$ROUNDS"); do
 	order=$variants
 	[ $((round % 2)) = 0 ] && order=$(tr ' ' '\n' <<<"$variants" | tac | tr '\n' ' ')
 	for latency in $LATENCIES; do
-		for b in $order; do
-			r=$(drain "$b" "$latency")
+		for b in $order $([ "$FLOOR" = 1 ] && echo floor); do
+			if [ "$b" = floor ]; then r=$(floor_drain "$latency"); else r=$(drain "$b" "$latency"); fi
 			rows+=("$r")
 			read -r rb rl s j c sc w x <<<"$r"
 			cpu_of["$round $rb $rl"]=$c sender_of["$round $rb $rl"]=$sc
@@ -197,7 +232,7 @@ median() {	# build latency column
 echo "medians (load now $(cut -d' ' -f1-3 /proc/loadavg)):"
 printf '%-7s %-7s %10s %10s %14s %10s %11s\n' build latency jobs_per_s cpu_1k sender_cpu_1k wal_per_job commits_1k
 for latency in $LATENCIES; do
-	for b in $variants; do
+	for b in $variants $([ "$FLOOR" = 1 ] && echo floor); do
 		printf '%-7s %5sms %10s %10.4f %14.4f %10s %11s\n' "$b" "$latency" "$(median "$b" "$latency" 4)" \
 			"$(median "$b" "$latency" 5)" "$(median "$b" "$latency" 6)" "$(median "$b" "$latency" 7)" \
 			"$(median "$b" "$latency" 8)"
@@ -228,3 +263,29 @@ if [ -n "${hi:-}" ] && [ -z "${rest:-}" ]; then
 		result "cost_${b}_sender_cpu_ratio_${hi}_${lo}" "$ms"
 	done
 fi
+
+# the new build over the base, per round (same round and latency), and the
+# median; with the floor, what each sender spends above it
+floor_of() { echo "${sender_of["$1 floor $2"]}"; }	# ROUND LATENCY
+report_per_round() {	# LABEL RESULT-NAME FORMAT AWK-EXPR(a: new, z: base, f: floor) MAP
+	local label=$1 name=$2 fmt=$3 expr=$4 line="" vals=""
+	local -n of=$5
+	for round in $(seq 1 "$ROUNDS"); do
+		v=$(awk -v a="${of["$round new $latency"]}" -v z="${of["$round base $latency"]}" \
+			-v f="$( [ "$FLOOR" = 1 ] && floor_of "$round" "$latency" || echo 0)" \
+			"BEGIN { printf \"$fmt\", $expr }")
+		line+=" $v" vals+="$v"$'\n'
+	done
+	m=$(grep . <<<"$vals" | median_values)
+	printf '  %5sms %-22s%s; median %s\n' "$latency" "$label" "$line" "$m"
+	result "$name" "$m"
+}
+echo "per round (rounds in order; median):"
+for latency in $LATENCIES; do
+	report_per_round "new/base, cluster:" "cost_new_over_base_${latency}ms_cpu" %.3f "a / z" cpu_of
+	report_per_round "new/base, sender:" "cost_new_over_base_${latency}ms_sender_cpu" %.3f "a / z" sender_of
+	[ "$FLOOR" = 1 ] || continue
+	report_per_round "base above floor:" "cost_base_${latency}ms_above_floor_per_1k" %.4f "z - f" sender_of
+	report_per_round "new above floor:" "cost_new_${latency}ms_above_floor_per_1k" %.4f "a - f" sender_of
+	report_per_round "new/base above floor:" "cost_new_over_base_${latency}ms_above_floor" %.3f "(a - f) / (z - f)" sender_of
+done
