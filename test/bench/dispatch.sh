@@ -10,17 +10,21 @@
 # results.  CPU seconds per 1,000 jobs
 # for PostgreSQL (all its processes, the sender included), for the sender
 # alone, and for the simulator.  Each round also runs the HTTP floor at
-# 0 ms: test/bench/floor/http_floor.c, a bare libcurl client with no
-# database driving libcurl as the sender does (its levers --park
-# --no-reset --curlu-dup), the same number of calls, in flight and
-# simulator; it says what the HTTP part of a job costs on this machine,
-# under any SQL, and with the simulator's CPU per call, how fast a client
-# that had no database at all could go on this machine's cores.
+# 0 ms: test/bench/floor/http_floor.c (built here, with cc and
+# curl-config), a bare libcurl client with no database driving libcurl as
+# the sender does (its levers --park --no-reset --curlu-dup), the same
+# number of calls, in flight and simulator, its connections opened before
+# it is measured (so it is the least the calls cost); it says what the HTTP
+# part of a job costs on this machine under any SQL, and with the claim
+# limit's database work and the simulator's CPU per call, how fast any
+# sender could drain on this machine's cores.
 #
 #   bash test/bench/dispatch.sh [JOBS] [INFLIGHT]     (defaults 200000 512)
 #
 # Environment: DISPATCH_ROUNDS [3]; DISPATCH_SENDERS [2]; DISPATCH_BATCH [the default of
 # notif_deliver.batch_size: 100 and 200 drain alike, 500 is slower];
+# DISPATCH_FLOOR [1] (0: no floor; a floor client that does not build is
+# skipped with a warning, its results "not measured");
 # CLAIM_CLIENTS (see claim_limit.sh);
 # BENCH_PORT, BENCH_SIM_PORT (see test/bench/lib.sh).  Needs the extension
 # installed (make install) and the simulator built (make -C test/sim).
@@ -36,16 +40,16 @@
 #   dispatch_0ms_senders_sender_cpu_per_1k  dispatch_0ms_senders_sim_cpu_per_1k
 #   dispatch_senders_speedup      (DISPATCH_SENDERS senders' rate / one's, per round, median)
 #   dispatch_senders_fraction_of_limit
-#   floor_0ms_calls_per_s  floor_0ms_cpu_per_1k (the floor client's CPU per
-#   1,000 calls)  floor_0ms_sim_cpu_per_1k
+#   dispatch_floor_0ms_calls_per_s  dispatch_floor_0ms_cpu_per_1k (the floor
+#   client's CPU per 1,000 calls)  dispatch_floor_0ms_sim_cpu_per_1k
 #   dispatch_0ms_above_floor_per_1k  (PostgreSQL's CPU per 1,000 jobs at 0 ms
 #   minus the floor client's, per round, median: what the database and the
 #   sender's bookkeeping add to the calls)
-#   floor_plus_limit_cpu_per_1k  (the floor client's CPU per 1,000 calls
+#   dispatch_floor_plus_limit_cpu_per_1k  (the floor client's CPU per 1,000 calls
 #   plus the claim limit's PostgreSQL CPU per 1,000 jobs, per round,
 #   median: the least a sender could cost here, paying only the floor's
 #   HTTP and the limit's database work)
-#   cores_bound_fraction_of_limit  (nproc cores over the CPU per job of
+#   dispatch_cores_bound_fraction_of_limit  (nproc cores over the CPU per job of
 #   the floor client, the simulator and the limit's database work, as
 #   jobs/s, over the claim limit, per round, median: the fastest any
 #   sender could drain on this machine, with the simulator on the same
@@ -60,8 +64,12 @@ BATCH=${DISPATCH_BATCH:-}
 SIM=$BENCH_SIM_PORT
 
 bench_dir dispatch
+FLOOR=${DISPATCH_FLOOR:-1}
 FLOOR_CLIENT=$BENCH_DIR/http_floor
-make -s -C "$BENCH_HERE/bench/floor" OUT="$FLOOR_CLIENT" >/dev/null
+if [ "$FLOOR" = 1 ] && ! make -s -C "$BENCH_HERE/bench/floor" OUT="$FLOOR_CLIENT" >/dev/null; then
+	echo "dispatch: the floor client did not build; no floor in this run" >&2
+	FLOOR=0
+fi
 sim_start main "$SIM" --hold-ms 5000
 cluster_start "$BENCH_DIR/pg" "$BENCH_PORT" "notif_deliver.database = 'postgres'" \
 	"notif_deliver.max_inflight = $INFLIGHT" ${BATCH:+"notif_deliver.batch_size = $BATCH"} \
@@ -140,12 +148,13 @@ floor() {
 
 echo "dispatch of $JOBS at_least_once jobs, $INFLIGHT in flight, batch_size $BATCH, $ROUNDS rounds;"
 echo "limit: pgbench claiming and completing them in batches of 100, no HTTP;"
-echo "floor: a libcurl client with no database, the same calls at 0 ms (pg_cpu_1k: its own CPU);"
+[ "$FLOOR" = 0 ] || echo "floor: a libcurl client with no database, the same calls at 0 ms (pg_cpu_1k: its own CPU);"
 echo "$(nproc) cores, $(pg_config --version)"
 printf '%-6s %-7s %9s %11s %12s %12s %12s %8s %9s\n' round what seconds jobs_per_s pg_cpu_1k sender_cpu_1k sim_cpu_1k wal_job fraction
 for round in $(seq 1 "$ROUNDS"); do
 	r0=$(drain 0)
-	rf=$(floor)
+	rf=
+	[ "$FLOOR" = 0 ] || rf=$(floor)
 	rl=$(limit)
 	r50=$(drain 50)
 	rs=$(drain 0 "$SENDERS")
@@ -155,21 +164,27 @@ for round in $(seq 1 "$ROUNDS"); do
 	# CPU per job at 50 ms over that at 0 ms, the cluster's and the sender's
 	cr=$(awk -v a="$(cut -d' ' -f4 <<<"$r50")" -v b="$(cut -d' ' -f4 <<<"$r0")" 'BEGIN { printf "%.3f", a / b }')
 	crs=$(awk -v a="$(cut -d' ' -f5 <<<"$r50")" -v b="$(cut -d' ' -f5 <<<"$r0")" 'BEGIN { printf "%.3f", a / b }')
-	# the sender's cost above the floor's; the cores' bound over the limit
-	af=$(awk -v a="$(cut -d' ' -f4 <<<"$r0")" -v b="$(cut -d' ' -f4 <<<"$rf")" 'BEGIN { printf "%.4f", a - b }')
-	fl=$(awk -v f="$(cut -d' ' -f4 <<<"$rf")" -v l="$(cut -d' ' -f4 <<<"$rl")" 'BEGIN { printf "%.4f", f + l }')
-	cb=$(awk -v c="$(nproc)" -v f="$fl" -v s="$(cut -d' ' -f6 <<<"$rf")" \
-		-v l="$(cut -d' ' -f3 <<<"$rl")" 'BEGIN { printf "%.3f", c * 1000 / (f + s) / l }')
-	for r in "$r0" "$rf" "$rl" "$r50" "$rs"; do
+	# the sender's cost above the floor's; the floor's calls with the
+	# limit's database work; the cores' bound at that cost over the limit
+	if [ -n "$rf" ]; then
+		af=$(awk -v a="$(cut -d' ' -f4 <<<"$r0")" -v b="$(cut -d' ' -f4 <<<"$rf")" 'BEGIN { printf "%.4f", a - b }')
+		fl=$(awk -v f="$(cut -d' ' -f4 <<<"$rf")" -v l="$(cut -d' ' -f4 <<<"$rl")" 'BEGIN { printf "%.4f", f + l }')
+		cb=$(awk -v c="$(nproc)" -v f="$fl" -v s="$(cut -d' ' -f6 <<<"$rf")" \
+			-v l="$(cut -d' ' -f3 <<<"$rl")" 'BEGIN { printf "%.3f", c * 1000 / (f + s) / l }')
+	fi
+	for r in "$r0" ${rf:+"$rf"} "$rl" "$r50" "$rs"; do
 		read -r w s n pg snd sim wal <<<"$r"
 		printf '%-6s %-7s %9.2f %11s %12.3f %12.3f %12.3f %8s %9s\n' "$round" "$w" "$s" "$n" "$pg" "$snd" "$sim" "$wal" \
 			"$([ "$w" = 0ms ] && echo "$f" || { [ "$w" = 0msx$SENDERS ] && echo "$fs"; } || echo)"
 		rows+=("$r")
 	done
 	echo "$round: CPU per job at 50 ms / 0 ms: $cr (the sender alone $crs)"
-	echo "$round: CPU per 1,000 jobs at 0 ms: PostgreSQL's above the floor's $af; the floor's and the limit's database work $fl;" \
-		"$(nproc) cores' bound at that cost and the simulator's, over the limit: $cb"
-	rows+=("above_floor 0 $af 0 0 0" "floor_plus_limit 0 $fl 0 0 0" "cores_bound 0 $cb 0 0 0" "fraction 0 $f 0 0 0" "fraction_senders 0 $fs 0 0 0" "speedup 0 $sp 0 0 0"
+	if [ -n "$rf" ]; then
+		echo "$round: CPU per 1,000 jobs at 0 ms: PostgreSQL's above the floor's $af; the floor's and the limit's database work $fl;" \
+			"$(nproc) cores' bound at that cost and the simulator's, over the limit: $cb"
+		rows+=("above_floor 0 $af 0 0 0" "floor_plus_limit 0 $fl 0 0 0" "cores_bound 0 $cb 0 0 0")
+	fi
+	rows+=("fraction 0 $f 0 0 0" "fraction_senders 0 $fs 0 0 0" "speedup 0 $sp 0 0 0"
 		"cpu_ratio 0 $cr 0 0 0" "sender_cpu_ratio 0 $crs 0 0 0")
 done
 
@@ -180,7 +195,8 @@ median() {
 }
 printf '%-6s %-7s %9s %11s %12.3f %12.3f %12.3f %8s %9s\n' median 0ms "" "$(median 0ms 3)" "$(median 0ms 4)" \
 	"$(median 0ms 5)" "$(median 0ms 6)" "$(median 0ms 7)" "$(median fraction 3)"
-printf '%-6s %-7s %9s %11s %12.3f %12s %12.3f\n' median floor "" "$(median floor 3)" "$(median floor 4)" "" "$(median floor 6)"
+[ "$FLOOR" = 0 ] ||
+	printf '%-6s %-7s %9s %11s %12.3f %12s %12.3f\n' median floor "" "$(median floor 3)" "$(median floor 4)" "" "$(median floor 6)"
 printf '%-6s %-7s %9s %11s %12.3f %12s %12s %8s\n' median limit "" "$(median limit 3)" "$(median limit 4)" "" "" "$(median limit 7)"
 printf '%-6s %-7s %9s %11s %12.3f %12.3f %12.3f %8s\n' median 50ms "" "$(median 50ms 3)" "$(median 50ms 4)" \
 	"$(median 50ms 5)" "$(median 50ms 6)" "$(median 50ms 7)"
@@ -209,9 +225,10 @@ result dispatch_0ms_senders_sender_cpu_per_1k "$(printf '%.3f' "$(median "0msx$S
 result dispatch_0ms_senders_sim_cpu_per_1k "$(printf '%.3f' "$(median "0msx$SENDERS" 6)")"
 result dispatch_senders_speedup "$(median speedup 3)"
 result dispatch_senders_fraction_of_limit "$(median fraction_senders 3)"
-result floor_0ms_calls_per_s "$(median floor 3)"
-result floor_0ms_cpu_per_1k "$(printf '%.4f' "$(median floor 4)")"
-result floor_0ms_sim_cpu_per_1k "$(printf '%.4f' "$(median floor 6)")"
+[ "$FLOOR" = 0 ] && exit 0
+result dispatch_floor_0ms_calls_per_s "$(median floor 3)"
+result dispatch_floor_0ms_cpu_per_1k "$(printf '%.4f' "$(median floor 4)")"
+result dispatch_floor_0ms_sim_cpu_per_1k "$(printf '%.4f' "$(median floor 6)")"
 result dispatch_0ms_above_floor_per_1k "$(median above_floor 3)"
-result floor_plus_limit_cpu_per_1k "$(median floor_plus_limit 3)"
-result cores_bound_fraction_of_limit "$(median cores_bound 3)"
+result dispatch_floor_plus_limit_cpu_per_1k "$(median floor_plus_limit 3)"
+result dispatch_cores_bound_fraction_of_limit "$(median cores_bound 3)"

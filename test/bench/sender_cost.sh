@@ -67,7 +67,7 @@ LATENCIES=${COST_LATENCIES:-0 50}
 DELIVERY=${COST_DELIVERY:-at_least_once}
 STATS=${COST_STATS:-}
 FLOOR=${COST_FLOOR:-0}
-FLOOR_ARGS=${COST_FLOOR_ARGS:---park --no-reset --curlu-dup}
+read -ra FLOOR_ARGS <<<"${COST_FLOOR_ARGS---park --no-reset --curlu-dup}"
 WARM=${COST_WARM:-1000}
 case $STATS in "" | stale) ;; *) echo "COST_STATS: stale or empty, not $STATS" >&2; exit 2 ;; esac
 SIM=$BENCH_SIM_PORT
@@ -197,9 +197,8 @@ floor_drain() {	# LATENCY
 	local line
 	sim_get "$SIM" "/config?latency_ms=$1" >/dev/null
 	sim_get "$SIM" /reset >/dev/null
-	# shellcheck disable=SC2086 # FLOOR_ARGS is a list of options
 	line=$("$CLIENT" --url "http://127.0.0.1:$SIM/send" --calls "$JOBS" --inflight "$INFLIGHT" \
-		--sim-pid "$sim_pid" $FLOOR_ARGS)
+		--sim-pid "$sim_pid" "${FLOOR_ARGS[@]}")
 	awk -v l="$1" -v n="$JOBS" '{
 		for (i = 1; i < NF; i += 2) v[$i] = $(i + 1)
 		printf "floor %s %.3f %.0f %.4f %.4f 0 0.0\n", l, n / v["calls_per_s"], v["calls_per_s"],
@@ -211,11 +210,15 @@ echo "base: ${bindir[base]}, new: ${bindir[new]}; $(nproc) cores, load $(cut -d'
 printf '%-5s %-7s %8s %8s %10s %10s %14s %10s %11s\n' round build latency seconds jobs_per_s cpu_1k sender_cpu_1k wal_per_job commits_1k
 rows=()
 declare -A cpu_of sender_of
+# what each round runs, the floor among them; the order reversed every
+# other round
+drained=$variants
+[ "$FLOOR" = 1 ] && drained+=" floor"
 for round in $(seq 1 "$ROUNDS"); do
-	order=$variants
-	[ $((round % 2)) = 0 ] && order=$(tr ' ' '\n' <<<"$variants" | tac | tr '\n' ' ')
+	order=$drained
+	[ $((round % 2)) = 0 ] && order=$(tr ' ' '\n' <<<"$drained" | tac | tr '\n' ' ')
 	for latency in $LATENCIES; do
-		for b in $order $([ "$FLOOR" = 1 ] && echo floor); do
+		for b in $order; do
 			if [ "$b" = floor ]; then r=$(floor_drain "$latency"); else r=$(drain "$b" "$latency"); fi
 			rows+=("$r")
 			read -r rb rl s j c sc w x <<<"$r"
@@ -232,10 +235,15 @@ median() {	# build latency column
 echo "medians (load now $(cut -d' ' -f1-3 /proc/loadavg)):"
 printf '%-7s %-7s %10s %10s %14s %10s %11s\n' build latency jobs_per_s cpu_1k sender_cpu_1k wal_per_job commits_1k
 for latency in $LATENCIES; do
-	for b in $variants $([ "$FLOOR" = 1 ] && echo floor); do
+	for b in $drained; do
 		printf '%-7s %5sms %10s %10.4f %14.4f %10s %11s\n' "$b" "$latency" "$(median "$b" "$latency" 4)" \
 			"$(median "$b" "$latency" 5)" "$(median "$b" "$latency" 6)" "$(median "$b" "$latency" 7)" \
 			"$(median "$b" "$latency" 8)"
+		if [ "$b" = floor ]; then	# its calls/s and its own CPU; no cluster
+			result "cost_floor_${latency}ms_calls_per_s" "$(median floor "$latency" 4)"
+			result "cost_floor_${latency}ms_cpu_per_1k" "$(median floor "$latency" 6)"
+			continue
+		fi
 		result "cost_${b}_${latency}ms_jobs_per_s" "$(median "$b" "$latency" 4)"
 		result "cost_${b}_${latency}ms_cpu_per_1k" "$(median "$b" "$latency" 5)"
 		result "cost_${b}_${latency}ms_sender_cpu_per_1k" "$(median "$b" "$latency" 6)"
@@ -267,13 +275,14 @@ fi
 # the new build over the base, per round (same round and latency), and the
 # median; with the floor, what each sender spends above it
 floor_of() { echo "${sender_of["$1 floor $2"]}"; }	# ROUND LATENCY
-report_per_round() {	# LABEL RESULT-NAME FORMAT AWK-EXPR(a: new, z: base, f: floor) MAP
-	local label=$1 name=$2 fmt=$3 expr=$4 line="" vals=""
-	local -n of=$5
+# AWK-EXPR's divisor (1 if none) at or below 0 gives "nan"
+report_per_round() {	# LATENCY LABEL RESULT-NAME FORMAT AWK-EXPR(a: new, z: base, f: floor) MAP [DIVISOR]
+	local latency=$1 label=$2 name=$3 fmt=$4 expr=$5 div=${7:-1} line="" vals="" round v m
+	local -n of=$6
 	for round in $(seq 1 "$ROUNDS"); do
 		v=$(awk -v a="${of["$round new $latency"]}" -v z="${of["$round base $latency"]}" \
 			-v f="$( [ "$FLOOR" = 1 ] && floor_of "$round" "$latency" || echo 0)" \
-			"BEGIN { printf \"$fmt\", $expr }")
+			"BEGIN { if ($div <= 0) print \"nan\"; else printf \"$fmt\", $expr }")
 		line+=" $v" vals+="$v"$'\n'
 	done
 	m=$(grep . <<<"$vals" | median_values)
@@ -282,10 +291,11 @@ report_per_round() {	# LABEL RESULT-NAME FORMAT AWK-EXPR(a: new, z: base, f: flo
 }
 echo "per round (rounds in order; median):"
 for latency in $LATENCIES; do
-	report_per_round "new/base, cluster:" "cost_new_over_base_${latency}ms_cpu" %.3f "a / z" cpu_of
-	report_per_round "new/base, sender:" "cost_new_over_base_${latency}ms_sender_cpu" %.3f "a / z" sender_of
+	report_per_round "$latency" "new/base, cluster:" "cost_new_over_base_${latency}ms_cpu" %.3f "a / z" cpu_of z
+	report_per_round "$latency" "new/base, sender:" "cost_new_over_base_${latency}ms_sender_cpu" %.3f "a / z" sender_of z
 	[ "$FLOOR" = 1 ] || continue
-	report_per_round "base above floor:" "cost_base_${latency}ms_above_floor_per_1k" %.4f "z - f" sender_of
-	report_per_round "new above floor:" "cost_new_${latency}ms_above_floor_per_1k" %.4f "a - f" sender_of
-	report_per_round "new/base above floor:" "cost_new_over_base_${latency}ms_above_floor" %.3f "(a - f) / (z - f)" sender_of
+	report_per_round "$latency" "base above floor:" "cost_base_${latency}ms_above_floor_per_1k" %.4f "z - f" sender_of
+	report_per_round "$latency" "new above floor:" "cost_new_${latency}ms_above_floor_per_1k" %.4f "a - f" sender_of
+	report_per_round "$latency" "new/base above floor:" "cost_new_over_base_${latency}ms_above_floor" %.3f \
+		"(a - f) / (z - f)" sender_of "(z - f)"
 done
