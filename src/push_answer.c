@@ -12,12 +12,17 @@
  */
 #include "postgres.h"
 
+#include <math.h>
+
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "push.h"
+
+/* 2100-01-01 in Unix milliseconds: later APNs timestamps are not believed */
+#define APNS_TIMESTAMP_MAX_MS 4102444800000.0
 
 /* a JSON document, or NULL when the text is not one */
 Jsonb *
@@ -40,6 +45,47 @@ notif_parse_json(const char *text)
 	return result;
 }
 
+/*
+ * A JSON number as a double when it lies in [lo, hi], else false: never an
+ * ERROR, whatever the provider sent (1e30, -1, a fraction).
+ */
+bool
+notif_json_number_in(JsonbValue *v, double lo, double hi, double *out)
+{
+	double		d;
+
+	if (v == NULL || v->type != jbvNumeric)
+		return false;
+	d = DatumGetFloat8(DirectFunctionCall1(numeric_float8_no_overflow,
+										   NumericGetDatum(v->val.numeric)));
+	if (isnan(d) || d < lo || d > hi)
+		return false;
+	*out = d;
+	return true;
+}
+
+/*
+ * At most max bytes of a provider's text, printable ASCII only (anything
+ * else becomes '?'): it goes into a text column or a log line, and may be
+ * anything (a proxy's HTML page, a string cut inside a UTF-8 character).
+ */
+char *
+notif_printable_copy(const char *s, int len, int max)
+{
+	int			n = Min(len, max);
+	char	   *out = palloc(n + 1);
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		unsigned char c = (unsigned char) s[i];
+
+		out[i] = (c >= 0x20 && c < 0x7f) ? (char) c : '?';
+	}
+	out[n] = '\0';
+	return out;
+}
+
 /* a string member of an object container, or NULL */
 static char *
 string_member(JsonbContainer *c, const char *name)
@@ -51,7 +97,7 @@ string_member(JsonbContainer *c, const char *name)
 	v = getKeyJsonValueFromContainer(c, name, strlen(name), NULL);
 	if (v == NULL || v->type != jbvString)
 		return NULL;
-	return pnstrdup(v->val.string.val, Min(v->val.string.len, 200));
+	return notif_printable_copy(v->val.string.val, v->val.string.len, 200);
 }
 
 static JsonbContainer *
@@ -94,18 +140,16 @@ read_fcm(NotifCall *call, Jsonb *jb, char **reason, char **message)
 static void
 read_apns(NotifCall *call, Jsonb *jb, char **reason)
 {
-	JsonbValue *ts;
+	double		ms;
 
 	*reason = string_member(jb ? &jb->root : NULL, "reason");
+	/* Unix ms, from 1970 to 2100 (else the time the answer came) */
 	if (jb && JB_ROOT_IS_OBJECT(jb) &&
-		(ts = getKeyJsonValueFromContainer(&jb->root, "timestamp", 9, NULL)) != NULL &&
-		ts->type == jbvNumeric)
+		notif_json_number_in(getKeyJsonValueFromContainer(&jb->root, "timestamp", 9, NULL),
+							 0, APNS_TIMESTAMP_MAX_MS, &ms))
 	{
-		int64		ms = DatumGetInt64(DirectFunctionCall1(numeric_int8,
-														   NumericGetDatum(ts->val.numeric)));
-
-		/* Unix ms to PostgreSQL's microseconds since 2000 */
-		call->unregistered_at = ms * 1000 -
+		/* to PostgreSQL's microseconds since 2000 */
+		call->unregistered_at = (int64) ms * 1000 -
 			((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC);
 	}
 }
@@ -153,7 +197,7 @@ notif_push_read_answer(NotifCall *call)
 	else if (reason)
 		call->error = reason;
 	else if (call->answer && call->answer->len > 0)
-		call->error = pnstrdup(call->answer->data, Min(call->answer->len, 200));
+		call->error = notif_printable_copy(call->answer->data, call->answer->len, 200);
 	else
 		call->error = pstrdup("");
 

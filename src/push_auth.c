@@ -43,6 +43,8 @@
 #define APNS_RESIGN_MIN_S		(20 * 60)
 #define GOOGLE_REFRESH_MARGIN_S	300
 #define FETCH_BACKOFF_MAX_MS	60000
+/* the longest expires_in believed (Google's tokens live an hour) */
+#define TOKEN_LIFE_MAX_S		86400
 #define FETCH_MIN_TIMEOUT_MS	10000
 
 typedef struct ProviderAuth
@@ -259,6 +261,7 @@ fetch_done(NotifCall *call)
 	Jsonb	   *jb = NULL;
 	JsonbValue *token = NULL;
 	JsonbValue *expires = NULL;
+	double		life_s;
 	MemoryContext old = MemoryContextSwitchTo(call->cxt);	/* all goes with it */
 
 	if (call->body)
@@ -285,10 +288,12 @@ fetch_done(NotifCall *call)
 	}
 
 	if (token && token->type == jbvString && token->val.string.len > 0 &&
-		expires && expires->type == jbvNumeric)
+		!notif_json_number_in(expires, 1, TOKEN_LIFE_MAX_S, &life_s))
+		fetch_failed(pa, "the token endpoint's expires_in is not a number of seconds from 1 to "
+					 CppAsString2(TOKEN_LIFE_MAX_S));
+	else if (token && token->type == jbvString && token->val.string.len > 0)
 	{
-		int64		life = DatumGetInt64(DirectFunctionCall1(numeric_int8,
-															 NumericGetDatum(expires->val.numeric)));
+		int64		life = (int64) life_s;
 		int64		margin = Min((int64) GOOGLE_REFRESH_MARGIN_S, life / 2);
 		TimestampTz now = GetCurrentTimestamp();
 
@@ -325,14 +330,14 @@ fetch_done(NotifCall *call)
 			e = getKeyJsonValueFromContainer(&jb->root, "error", 5, NULL);
 			d = getKeyJsonValueFromContainer(&jb->root, "error_description", 17, NULL);
 		}
-		fetch_failed(pa, psprintf("HTTP %ld from the token endpoint%s%.*s%s%.*s",
+		fetch_failed(pa, psprintf("HTTP %ld from the token endpoint%s%s%s%s",
 								  call->http_status,
 								  e && e->type == jbvString ? ": " : "",
-								  e && e->type == jbvString ? Min(e->val.string.len, 100) : 0,
-								  e && e->type == jbvString ? e->val.string.val : "",
+								  e && e->type == jbvString ?
+								  notif_printable_copy(e->val.string.val, e->val.string.len, 100) : "",
 								  d && d->type == jbvString ? ": " : "",
-								  d && d->type == jbvString ? Min(d->val.string.len, 200) : 0,
-								  d && d->type == jbvString ? d->val.string.val : ""));
+								  d && d->type == jbvString ?
+								  notif_printable_copy(d->val.string.val, d->val.string.len, 200) : ""));
 	}
 	if (call->answer)
 		explicit_bzero(call->answer->data, call->answer->len);

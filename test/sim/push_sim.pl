@@ -10,20 +10,25 @@
 #   POST /v1/projects/P/messages:send checks the bearer token (401
 #       UNAUTHENTICATED unless issued and unexpired); FCM error bodies for
 #       chosen tokens: dead* 404 UNREGISTERED, bad* 400 INVALID_ARGUMENT,
-#       quota* 429 QUOTA_EXCEEDED (no Retry-After)
+#       quota* 429 QUOTA_EXCEEDED (no Retry-After), long* 400 with an
+#       error.status of "x" and 150 "é" (301 bytes of UTF-8)
 #   POST /3/device/T                  verifies the ES256 provider token
 #       (alg, kid, iss, signature in the JOSE r||s form) and its age: 403
 #       ExpiredProviderToken once iat is older than --apns-max-age, 403
 #       InvalidProviderToken for a bad one; chosen device tokens: dead* 410
-#       Unregistered (with a timestamp), bad0* 400 BadDeviceToken, c0de* 429
-#       TooManyRequests with Retry-After (the first time each)
+#       Unregistered (with a timestamp; deadbeef* with 1e30 as its
+#       timestamp), bad0* 400 BadDeviceToken, c0de* 429 TooManyRequests
+#       with Retry-After (the first time each), 0bad* 502 with a body that
+#       is not text (bytes 0xff 0xfe, then an HTML page with a UTF-8 "é")
 #   POST /hook/N                      a plain webhook: 200 {"ok":true}
 #
 # Control: GET /stats (counters, "name value" lines), GET /secrets (every
 # access token issued and provider token seen, one a line: for the test to
 # look for them where they must not be), POST /revoke (forget the issued
 # access tokens: the next FCM call is a 401), POST /release-tokens (see
-# --token-hold).  Answers can be held --delay-ms, so that many calls are
+# --token-hold), POST /expires-in/VALUE (the token endpoint's expires_in
+# is the JSON text VALUE from then on, e.g. 1e30 or -5; POST /expires-in/
+# goes back to --token-life).  Answers can be held --delay-ms, so that many calls are
 # in flight at once; with --token-hold 1, the token endpoint's are held
 # until POST /release-tokens (token_answers counts those written).  It
 # logs no header, token or body.
@@ -68,6 +73,7 @@ $| = 1;
 my $sel = IO::Select->new($listen);
 my %conn;          # fileno => { sock, in, out }
 my @held;          # [due, fileno, response, socket]
+my $expires_in = '';   # POST /expires-in/VALUE: the token answer's expires_in, as JSON text
 my @held_tokens;   # --token-hold: [fileno, response, socket]
 
 sub respond
@@ -116,7 +122,8 @@ sub token_endpoint
 	$issued{$token} = $now + $o{'token-life'};
 	$stat{tokens_issued}++;
 	return respond(200, $json->encode({ access_token => $token, expires_in => $o{'token-life'},
-		token_type => 'Bearer' }));
+		token_type => 'Bearer' })) if $expires_in eq '';
+	return respond(200, qq({"access_token":"$token","expires_in":$expires_in,"token_type":"Bearer"}));
 }
 
 sub fcm_error
@@ -147,6 +154,7 @@ sub fcm_endpoint
 		'INVALID_ARGUMENT') if $t =~ /^bad/;
 	return fcm_error(429, 'RESOURCE_EXHAUSTED', 'Quota exceeded for quota metric.', 'QUOTA_EXCEEDED')
 	  if $t =~ /^quota/;
+	return respond(400, '{"error":{"code":400,"status":"x' . ("\xc3\xa9" x 150) . '"}}') if $t =~ /^long/;
 	$stat{fcm_accepted}++;
 	return respond(200, $json->encode({ name => "projects/$project/messages/" . ++$msg_id }));
 }
@@ -175,8 +183,10 @@ sub apns_endpoint
 	}
 	return respond(400, '{"reason":"MissingTopic"}') unless $hdr->{'apns-topic'};
 	return respond(400, '{"reason":"BadDeviceToken"}') if $device =~ /^bad0/;
+	return respond(410, '{"reason":"Unregistered","timestamp":1e30}') if $device =~ /^deadbeef/;
 	return respond(410, $json->encode({ reason => 'Unregistered', timestamp => 1700000000000 }))
 	  if $device =~ /^dead/;
+	return respond(502, "\xff\xfe<html>Bad Gateway, caf\xc3\xa9</html>") if $device =~ /^0bad/;
 	return respond(429, '{"reason":"TooManyRequests"}', 'Retry-After' => $o{'retry-after'})
 	  if $device =~ /^c0de/ && !$throttled{$device}++;
 	return respond(400, '{"reason":"BadDeviceToken"}') unless $device =~ /^[0-9a-f]+$/;
@@ -198,6 +208,7 @@ sub handle
 	}
 	if ($method eq 'GET' && $target eq '/health') { return (respond(200, 'ok'), 0); }
 	if ($method eq 'POST' && $target eq '/revoke') { %issued = (); return (respond(200, ''), 0); }
+	if ($method eq 'POST' && $target =~ m{^/expires-in/(.*)$}) { $expires_in = $1; return (respond(200, ''), 0); }
 	if ($method eq 'POST' && $target eq '/release-tokens')
 	{
 		for my $h (splice @held_tokens)

@@ -1,0 +1,102 @@
+# 028_push_bad_answers.pl: a push provider's answers that are not what the
+# platform documents never stop a sender, and what they say is stored as
+# text.  On the loopback push rig (test/PushTest.pm): a token endpoint
+# whose expires_in is out of any range (1e30, -5) is a failed fetch, logged
+# once, retried with backoff, and the jobs wait for a good answer; an APNs
+# 410 whose timestamp is 1e30 is Unregistered at the time it came; an APNs
+# 502 whose body is not text and an FCM reason cut inside a UTF-8
+# character go into last_error as printable ASCII.  Throughout, the
+# sender is the same process: nothing made it exit.
+use strict;
+use warnings;
+use lib 'test';
+use NotifTest;
+use PushTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+if (my $missing = push_rig_missing())
+{
+	plan skip_all => "$missing (test/deps.sh installs it)";
+}
+require JSON::PP;
+
+my $keys = make_push_keys();
+my $node = new_node('push_bad', 'notif_deliver.poll_interval' => "'200ms'");
+
+sub sql { return $node->safe_psql('postgres', $_[0]); }
+sub q_lit { my ($s) = @_; $s =~ s/'/''/g; return "'$s'"; }
+
+my $rig = start_push_rig($keys, 'token-life' => 3600);
+push_control($rig, '/expires-in/1e30');		# before any fetch
+my $base = $rig->{base};
+my $ca = q_lit($keys->{cert_pem});
+my $sa = JSON::PP->new->canonical->encode({
+	type => 'service_account', project_id => 'demo-project', private_key_id => 'k1',
+	private_key => $keys->{rsa_key}, client_email => 'notif@demo.iam.gserviceaccount.com',
+	token_uri => "$base/token" });
+my $p8 = JSON::PP->new->canonical->encode({
+	key_id => 'KEYID12345', team_id => 'TEAMID1234', private_key => $keys->{ec_key} });
+
+sql("INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert, timeout)
+     VALUES ('fcm', '$base/v1/projects/demo-project/messages:send', 'fcm', 'google_service_account',
+             " . q_lit($sa) . ", $ca, '5 s'),
+            ('apns', '$base', 'apns', 'apns_token', " . q_lit($p8) . ", $ca, '5 s')");
+sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max) VALUES
+      ('fcm_push', 'at_least_once', 2, 'fcm', '100 ms', '200 ms'),
+      ('apns_push', 'at_least_once', 2, 'apns', '100 ms', '200 ms')});
+ok(wait_until($node, "SELECT count(*) = 1 FROM notif_workers() WHERE role = 'sender'"), 'a sender runs');
+my $sender = sql("SELECT pid FROM notif_workers() WHERE role = 'sender'");
+
+sub same_sender
+{
+	my ($what) = @_;
+	is(sql("SELECT string_agg(pid::text, ',') FROM notif_workers() WHERE role = 'sender'"), $sender,
+		"$what: the same sender process as at the start");
+}
+
+# --- expires_in out of range: a failed fetch, once in the log ------------
+my $log_at = -s $node->logfile;
+my $waiting = sql(q{SELECT notif_enqueue(1, 'fcm_push', 'w', '{"token": "tok-w", "notification": {"title": "x"}}')});
+ok(wait_push_stat($rig, 'token_requests', 1), 'expires_in 1e30: the token was fetched again (backoff)');
+push_control($rig, '/expires-in/-5');
+ok(wait_push_stat($rig, 'token_requests', 2), 'expires_in -5: and again');
+is(job_row($node, $waiting), 'queued - 0 -', 'expires_in out of range: the job waits, queued, never called');
+my $log = substr(slurp_file($node->logfile), $log_at);
+my @lines = $log =~ /(could not get an access token for provider "fcm": [^\n]*)/g;
+is_deeply(\@lines,
+	[ q{could not get an access token for provider "fcm": the token endpoint's expires_in is not a number of seconds from 1 to 86400} ],
+	'expires_in out of range: one LOG line for every failed fetch, naming the member');
+unlike($log, qr/out of range|terminated by signal|exited with exit code/,
+	'expires_in out of range: no ERROR, no sender exit');
+same_sender('expires_in out of range');
+push_control($rig, '/expires-in/');
+ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $waiting"),
+	'expires_in back to 3600: the waiting job was sent');
+like(substr(slurp_file($node->logfile), $log_at), qr/provider "fcm" has an access token again/,
+	'expires_in back to 3600: the recovery logged');
+
+# --- an FCM reason cut at 200 bytes inside a UTF-8 character ---------------
+my $jlong = sql(q{SELECT notif_enqueue(2, 'fcm_push', 'l', '{"token": "long-1", "notification": {"title": "x"}}')});
+ok(wait_until($node, "SELECT status = 'failed' FROM notif_job WHERE id = $jlong"), 'fcm long reason: failed (400)');
+is(sql("SELECT last_error FROM notif_job WHERE id = $jlong"), 'HTTP 400: x' . ('?' x 199),
+	'fcm long reason: 200 bytes of it, each byte of "é" a "?"');
+
+# --- APNs: a 410 with timestamp 1e30, a 502 that is not text --------------
+my $t0 = sql('SELECT now()');
+my $jfar = sql(q{SELECT notif_enqueue(3, 'apns_push', 'far', '{"device_token": "deadbeef01", "headers": {"apns-topic": "t"}, "aps": {}}')});
+my $jhtml = sql(q{SELECT notif_enqueue(4, 'apns_push', 'html', '{"device_token": "0bad0001", "headers": {"apns-topic": "t"}, "aps": {}}')});
+ok(wait_until($node, "SELECT count(*) = 2 FROM notif_job WHERE id IN ($jfar, $jhtml) AND status = 'failed'"),
+	'apns 410 with timestamp 1e30, 502 with a binary body: both failed');
+is(job_row($node, $jfar), 'failed rejected 1 410', 'apns timestamp 1e30: Unregistered, rejected at its first try');
+is(sql("SELECT token || ' ' || reason || ' ' || (reported_at >= '$t0' AND reported_at <= now())
+          FROM notif_unregistered WHERE job_id = $jfar"),
+	'deadbeef01 Unregistered true', 'apns timestamp 1e30: listed, reported at the time the answer came');
+is(job_row($node, $jhtml), 'failed unknown 2 502', 'apns 502: ambiguous, retried, failed after max_tries');
+is(sql("SELECT string_agg(DISTINCT error, ',') FROM notif_calls WHERE job_id = $jhtml"),
+	'HTTP 502: ??<html>Bad Gateway, caf??</html>',
+	'apns 502: its body in the error as printable ASCII, each other byte a "?"');
+same_sender('after every bad answer');
+
+done_testing();
