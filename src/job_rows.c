@@ -4,15 +4,19 @@
  *      The rows of job_sql.c's claim and orphans statements, just run
  *      (SPI_tuptable), read into the jobs a sender holds: NotifClaimedJob
  *      and NotifOrphanJob.  Their columns are in the order of the
- *      statements' RETURNING and SELECT lists.
+ *      statements' RETURNING and SELECT lists.  And the other way, a
+ *      round's results as the record statement's arrays.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "job_sql.h"
 #include "spi_values.h"
@@ -73,4 +77,57 @@ notif_orphans_from_rows(MemoryContext cxt, NotifOrphanJob **out)
 	}
 	*out = jobs;
 	return (int) SPI_processed;
+}
+
+#define AS_COLUMN(e, name, elem, array, sqltype) {#name, elem, array, sqltype},
+const RecordColumn notif_record_columns[N_RECORD_COLUMNS] = {RECORD_COLUMNS(AS_COLUMN)};
+
+/*
+ * The other way: a round's results as the record statement's parameters,
+ * an array per column of notif_record_columns, into values.
+ */
+void
+notif_record_arrays(const NotifResult *results, int n, Datum *values)
+{
+	Datum	   *elems[N_RECORD_COLUMNS];
+	bool	   *nulls[N_RECORD_COLUMNS];
+	int			c,
+				i;
+
+	for (c = 0; c < N_RECORD_COLUMNS; c++)
+	{
+		elems[c] = palloc0(sizeof(Datum) * n);
+		nulls[c] = palloc0(sizeof(bool) * n);
+	}
+	for (i = 0; i < n; i++)
+	{
+		const NotifResult *r = &results[i];
+		const char *outcome = notif_outcome_name(r->outcome);
+
+		elems[REC_ID][i] = Int64GetDatum(r->job_id);
+		elems[REC_TRIES][i] = Int32GetDatum(r->tries);
+		elems[REC_EXPECTED][i] = CStringGetTextDatum(notif_status_name(r->expected_status));
+		elems[REC_CLAIMED_BY][i] = Int64GetDatum(r->claimed_by);
+		elems[REC_STATUS][i] = CStringGetTextDatum(notif_status_name(r->next.status));
+		if (outcome)
+			elems[REC_OUTCOME][i] = CStringGetTextDatum(outcome);
+		else
+			nulls[REC_OUTCOME][i] = true;
+		elems[REC_HTTP][i] = Int32GetDatum((int32) r->http_status);
+		nulls[REC_HTTP][i] = (r->http_status == 0);
+		if (r->error && r->error[0])
+			elems[REC_ERROR_][i] = CStringGetTextDatum(r->error);
+		else
+			nulls[REC_ERROR_][i] = true;
+		elems[REC_NEXT_AT][i] = TimestampTzGetDatum(r->next.next_at);
+		nulls[REC_NEXT_AT][i] = !r->next.row->retries;
+		elems[REC_SENT_AT][i] = TimestampTzGetDatum(r->sent_at);
+		nulls[REC_SENT_AT][i] = (r->sent_at == 0);
+		elems[REC_TRIES_DELTA][i] = Int32GetDatum(r->next.tries_delta);
+		elems[REC_STARTED][i] = TimestampTzGetDatum(r->started_at);
+		elems[REC_ENDED][i] = TimestampTzGetDatum(r->ended_at);
+		elems[REC_ATTEMPT][i] = Int32GetDatum(r->earlier_tries + r->tries);
+	}
+	for (c = 0; c < N_RECORD_COLUMNS; c++)
+		values[c] = spi_array_of(elems[c], nulls[c], n, notif_record_columns[c].elemtype);
 }

@@ -126,43 +126,6 @@ static const char *const sql_claim =
 " SELECT * FROM overdue";
 
 /*
- * The columns of a result, in the order of the record statement's
- * parameters: (enum, column name, element type, array type, SQL type).
- */
-#define RECORD_COLUMNS(C) \
-	C(ID, id, INT8OID, INT8ARRAYOID, "int8") \
-	C(TRIES, tries, INT4OID, INT4ARRAYOID, "int4") \
-	C(EXPECTED, expected, TEXTOID, TEXTARRAYOID, "text") \
-	C(CLAIMED_BY, claimed_by, INT8OID, INT8ARRAYOID, "int8") \
-	C(STATUS, status, TEXTOID, TEXTARRAYOID, "text") \
-	C(OUTCOME, outcome, TEXTOID, TEXTARRAYOID, "text") \
-	C(HTTP, http_status, INT4OID, INT4ARRAYOID, "int4") \
-	C(ERROR_, error, TEXTOID, TEXTARRAYOID, "text") \
-	C(NEXT_AT, next_at, TIMESTAMPTZOID, TIMESTAMPTZARRAYOID, "timestamptz") \
-	C(SENT_AT, sent_at, TIMESTAMPTZOID, TIMESTAMPTZARRAYOID, "timestamptz") \
-	C(TRIES_DELTA, tries_delta, INT4OID, INT4ARRAYOID, "int4") \
-	C(STARTED, started_at, TIMESTAMPTZOID, TIMESTAMPTZARRAYOID, "timestamptz") \
-	C(ENDED, ended_at, TIMESTAMPTZOID, TIMESTAMPTZARRAYOID, "timestamptz") \
-	C(ATTEMPT, attempt, INT4OID, INT4ARRAYOID, "int4")
-
-#define AS_ENUM(e, name, elem, array, sqltype) REC_##e,
-enum
-{
-	RECORD_COLUMNS(AS_ENUM) N_RECORD_COLUMNS
-};
-
-typedef struct RecordColumn
-{
-	const char *name;
-	Oid			elemtype;
-	Oid			arraytype;
-	const char *sqltype;
-} RecordColumn;
-
-#define AS_COLUMN(e, name, elem, array, sqltype) {#name, elem, array, sqltype},
-static const RecordColumn record_columns[N_RECORD_COLUMNS] = {RECORD_COLUMNS(AS_COLUMN)};
-
-/*
  * Record what calls did: the job's next state, guarded by what the claim
  * wrote (status, tries, holder), so a stale result never overwrites a newer
  * one, with when its last call started and ended; and one notif_attempt row
@@ -217,26 +180,63 @@ static const char *const sql_record =
 "      FROM r WHERE r.outcome IS NOT NULL"
 "       AND (r.attempt <> 1 OR r.outcome <> 'accepted'"
 "            OR NOT EXISTS (SELECT FROM upd WHERE upd.id = r.id))"
-"    ON CONFLICT (job_id, try) DO NOTHING)"
-" SELECT count(*)::int4 FROM upd";
+"    ON CONFLICT (job_id, try) DO NOTHING)";
 
-/* "WITH r AS (SELECT * FROM unnest($1::int8[], ...) AS r(id, ...))," + sql_record */
+/*
+ * The record that passes over locked jobs, for a round after one whose
+ * record met a lock (sender_results.c): the results ("r_all") whose job
+ * another session holds (a notif_cancel or a SELECT ... FOR UPDATE left
+ * open) are left out of "r" and their ids come back, to be recorded in a
+ * later round; the lane goes on meanwhile (test/t/022_work.pl).  Not the
+ * usual record: locking the jobs first writes a WAL record per job.
+ */
+static const char *const sql_record_passing =
+" locked AS ("
+"    SELECT j.id FROM %s.notif_job j WHERE j.id = ANY (ARRAY (SELECT a.id FROM r_all a))"
+"       FOR NO KEY UPDATE OF j SKIP LOCKED),"
+" passed AS ("
+"    SELECT a.id FROM r_all a"
+"     WHERE a.id <> ALL (ARRAY (SELECT l.id FROM locked l))"
+"       AND EXISTS (SELECT FROM %s.notif_job j WHERE j.id = a.id)),"
+" r AS (SELECT * FROM r_all a WHERE a.id <> ALL (ARRAY (SELECT p.id FROM passed p))),";
+
+/*
+ * "WITH r AS (SELECT * FROM unnest($1::int8[], ...) AS x(id, ...))," +
+ * sql_record, returning no ids; or passing over locked jobs, "r_all" so,
+ * then sql_record_passing, sql_record, returning the ids passed over.
+ */
 static const char *
-record_sql(void)
+record_sql_of(bool passing)
 {
 	StringInfoData buf;
 	int			c;
 
 	initStringInfo(&buf);
-	appendStringInfoString(&buf, "WITH r AS (SELECT * FROM unnest(");
+	appendStringInfo(&buf, "WITH %s AS (SELECT * FROM unnest(", passing ? "r_all" : "r");
 	for (c = 0; c < N_RECORD_COLUMNS; c++)
-		appendStringInfo(&buf, "%s$%d::%s[]", c ? ", " : "", c + 1, record_columns[c].sqltype);
-	appendStringInfoString(&buf, ") AS r(");
+		appendStringInfo(&buf, "%s$%d::%s[]", c ? ", " : "", c + 1, notif_record_columns[c].sqltype);
+	appendStringInfoString(&buf, ") AS x(");
 	for (c = 0; c < N_RECORD_COLUMNS; c++)
-		appendStringInfo(&buf, "%s%s", c ? ", " : "", record_columns[c].name);
+		appendStringInfo(&buf, "%s%s", c ? ", " : "", notif_record_columns[c].name);
 	appendStringInfoString(&buf, ")),");
+	if (passing)
+		appendStringInfoString(&buf, sql_record_passing);
 	appendStringInfoString(&buf, sql_record);
+	appendStringInfoString(&buf, passing ? " SELECT ARRAY (SELECT p.id FROM passed p)"
+						   : " SELECT NULL::int8[]");
 	return buf.data;
+}
+
+static const char *
+record_sql(void)
+{
+	return record_sql_of(false);
+}
+
+static const char *
+record_passing_sql(void)
+{
+	return record_sql_of(true);
 }
 
 /*
@@ -290,7 +290,8 @@ static const char *const sql_lanes =
 /*
  * Delete finished jobs past their type's retention, a bounded batch, with
  * their attempts (their delivery reports go by ON DELETE CASCADE); and
- * orphaned delivery reports older than the longest retention.
+ * orphaned delivery reports older than the longest retention.  A job
+ * another session has locked is left for a later purge.
  */
 static const char *const sql_purge =
 "WITH doomed AS ("
@@ -301,7 +302,7 @@ static const char *const sql_purge =
 "         WHERE j.kind = t.code AND j.status IN ('sent', 'failed', 'expired')"
 "           AND j.next_at < now() - t.retention AND j.claimed_by IS NULL"
 "         ORDER BY j.next_at"		/* keeps the plan on notif_job_kind_next_idx */
-"         LIMIT $1) j"
+"         LIMIT $1 FOR UPDATE OF j SKIP LOCKED) j"
 "     LIMIT $1),"
 " gone AS (DELETE FROM %s.notif_job j USING doomed d WHERE j.id = d.id RETURNING j.id),"
 " att AS (DELETE FROM %s.notif_attempt a USING gone g WHERE a.job_id = g.id),"
@@ -326,7 +327,7 @@ typedef struct PlanDef
 
 enum
 {
-	PLAN_LANE_TYPES, PLAN_CLAIM, PLAN_RECORD, PLAN_ORPHANS, PLAN_NEXT_DUE,
+	PLAN_LANE_TYPES, PLAN_CLAIM, PLAN_RECORD, PLAN_RECORD_PASSING, PLAN_ORPHANS, PLAN_NEXT_DUE,
 	PLAN_LANES, PLAN_PURGE, PLAN_MAX_HOLDER, PLAN_BUILD_ACTIVE, N_PLANS
 };
 
@@ -335,6 +336,7 @@ static PlanDef plans[N_PLANS] = {
 	[PLAN_CLAIM] = {&sql_claim, NULL, 7,
 	{TEXTOID, INT4OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID}, true},
 	[PLAN_RECORD] = {NULL, record_sql, N_RECORD_COLUMNS, {0}, true},	/* record_columns */
+	[PLAN_RECORD_PASSING] = {NULL, record_passing_sql, N_RECORD_COLUMNS, {0}, true},
 	[PLAN_ORPHANS] = {&sql_orphans, NULL, 1, {INT8ARRAYOID}},
 	[PLAN_NEXT_DUE] = {&sql_next_due, NULL, 1, {TEXTOID}},
 	[PLAN_LANES] = {&sql_lanes, NULL, 0, {0}},
@@ -386,7 +388,8 @@ notif_sql_prepare(void)
 	notif_planner_policy_tables(nspid);
 
 	for (i = 0; i < N_RECORD_COLUMNS; i++)
-		plans[PLAN_RECORD].argtypes[i] = record_columns[i].arraytype;
+		plans[PLAN_RECORD].argtypes[i] = plans[PLAN_RECORD_PASSING].argtypes[i] =
+			notif_record_columns[i].arraytype;
 	for (i = 0; i < N_PLANS; i++)
 	{
 		SPIPlanPtr	p;
@@ -460,62 +463,33 @@ notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, int64 incar
 	return notif_claimed_from_rows(cxt, out);	/* job_rows.c */
 }
 
+/*
+ * Record the results.  With passed, the record passes over jobs another
+ * session has locked, and passed[i] says of each whether it was: not
+ * recorded, to try again.  Without, it waits for such locks.
+ */
 void
-notif_sql_record(NotifResult *results, int n, int *updated)
+notif_sql_record(NotifResult *results, int n, bool *passed)
 {
-	Datum	   *elems[N_RECORD_COLUMNS];
-	bool	   *nulls[N_RECORD_COLUMNS];
 	Datum		values[N_RECORD_COLUMNS];
 	int			c,
 				i;
-	bool		isnull;
 
 	if (n == 0)
-	{
-		if (updated)
-			*updated = 0;
 		return;
-	}
-	for (c = 0; c < N_RECORD_COLUMNS; c++)
-	{
-		elems[c] = palloc0(sizeof(Datum) * n);
-		nulls[c] = palloc0(sizeof(bool) * n);
-	}
-	for (i = 0; i < n; i++)
-	{
-		NotifResult *r = &results[i];
-		const char *outcome = notif_outcome_name(r->outcome);
+	notif_record_arrays(results, n, values);	/* job_rows.c */
 
-		elems[REC_ID][i] = Int64GetDatum(r->job_id);
-		elems[REC_TRIES][i] = Int32GetDatum(r->tries);
-		elems[REC_EXPECTED][i] = CStringGetTextDatum(notif_status_name(r->expected_status));
-		elems[REC_CLAIMED_BY][i] = Int64GetDatum(r->claimed_by);
-		elems[REC_STATUS][i] = CStringGetTextDatum(notif_status_name(r->next.status));
-		if (outcome)
-			elems[REC_OUTCOME][i] = CStringGetTextDatum(outcome);
-		else
-			nulls[REC_OUTCOME][i] = true;
-		elems[REC_HTTP][i] = Int32GetDatum((int32) r->http_status);
-		nulls[REC_HTTP][i] = (r->http_status == 0);
-		if (r->error && r->error[0])
-			elems[REC_ERROR_][i] = CStringGetTextDatum(r->error);
-		else
-			nulls[REC_ERROR_][i] = true;
-		elems[REC_NEXT_AT][i] = TimestampTzGetDatum(r->next.next_at);
-		nulls[REC_NEXT_AT][i] = !r->next.row->retries;
-		elems[REC_SENT_AT][i] = TimestampTzGetDatum(r->sent_at);
-		nulls[REC_SENT_AT][i] = (r->sent_at == 0);
-		elems[REC_TRIES_DELTA][i] = Int32GetDatum(r->next.tries_delta);
-		elems[REC_STARTED][i] = TimestampTzGetDatum(r->started_at);
-		elems[REC_ENDED][i] = TimestampTzGetDatum(r->ended_at);
-		elems[REC_ATTEMPT][i] = Int32GetDatum(r->earlier_tries + r->tries);
-	}
-	for (c = 0; c < N_RECORD_COLUMNS; c++)
-		values[c] = spi_array_of(elems[c], nulls[c], n, record_columns[c].elemtype);
+	run(passed ? PLAN_RECORD_PASSING : PLAN_RECORD, values, NULL, false, SPI_OK_SELECT);
+	if (passed)
+	{
+		int64	   *ids = spi_col_int8_array(0, 1, &c);
 
-	run(PLAN_RECORD, values, NULL, false, SPI_OK_SELECT);
-	if (updated)
-		*updated = DatumGetInt32(spi_col(0, 1, &isnull));
+		for (i = 0; i < n; i++)
+			passed[i] = false;
+		while (--c >= 0)
+			for (i = 0; i < n; i++)
+				passed[i] |= (results[i].job_id == ids[c]);
+	}
 }
 
 int

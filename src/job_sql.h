@@ -52,6 +52,42 @@ typedef struct NotifResult
 } NotifResult;
 
 extern char *notif_sql_wrong_version;
+/*
+ * The columns of a result, in the order of the record statement's
+ * parameters: (enum, column name, element type, array type, SQL type).
+ */
+#define RECORD_COLUMNS(C) \
+	C(ID, id, INT8OID, INT8ARRAYOID, "int8") \
+	C(TRIES, tries, INT4OID, INT4ARRAYOID, "int4") \
+	C(EXPECTED, expected, TEXTOID, TEXTARRAYOID, "text") \
+	C(CLAIMED_BY, claimed_by, INT8OID, INT8ARRAYOID, "int8") \
+	C(STATUS, status, TEXTOID, TEXTARRAYOID, "text") \
+	C(OUTCOME, outcome, TEXTOID, TEXTARRAYOID, "text") \
+	C(HTTP, http_status, INT4OID, INT4ARRAYOID, "int4") \
+	C(ERROR_, error, TEXTOID, TEXTARRAYOID, "text") \
+	C(NEXT_AT, next_at, TIMESTAMPTZOID, TIMESTAMPTZARRAYOID, "timestamptz") \
+	C(SENT_AT, sent_at, TIMESTAMPTZOID, TIMESTAMPTZARRAYOID, "timestamptz") \
+	C(TRIES_DELTA, tries_delta, INT4OID, INT4ARRAYOID, "int4") \
+	C(STARTED, started_at, TIMESTAMPTZOID, TIMESTAMPTZARRAYOID, "timestamptz") \
+	C(ENDED, ended_at, TIMESTAMPTZOID, TIMESTAMPTZARRAYOID, "timestamptz") \
+	C(ATTEMPT, attempt, INT4OID, INT4ARRAYOID, "int4")
+
+#define AS_ENUM(e, name, elem, array, sqltype) REC_##e,
+enum
+{
+	RECORD_COLUMNS(AS_ENUM) N_RECORD_COLUMNS
+};
+
+typedef struct RecordColumn
+{
+	const char *name;
+	Oid			elemtype;
+	Oid			arraytype;
+	const char *sqltype;
+} RecordColumn;
+
+extern const RecordColumn notif_record_columns[N_RECORD_COLUMNS];	/* job_rows.c */
+
 extern bool notif_sql_prepare(void);
 
 /* planner_policy.c */
@@ -63,7 +99,7 @@ extern int	notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeCo
 extern int	notif_sql_claim(const char *kind, NotifDelivery delivery, int limit,
 							int64 incarnation, Snapshot snapshot,
 							MemoryContext cxt, NotifClaimedJob **out);
-extern void notif_sql_record(NotifResult *results, int n, int *updated);
+extern void notif_sql_record(NotifResult *results, int n, bool *passed);
 extern int	notif_sql_orphans(const int64 *live, int n_live,
 							  MemoryContext cxt, NotifOrphanJob **out);
 extern int64 notif_sql_max_holder(void);
@@ -79,5 +115,6 @@ extern int	notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out);
 /* job_rows.c */
 extern int	notif_claimed_from_rows(MemoryContext cxt, NotifClaimedJob **out);
 extern int	notif_orphans_from_rows(MemoryContext cxt, NotifOrphanJob **out);
+extern void notif_record_arrays(const NotifResult *results, int n, Datum *values);
 
 #endif							/* NOTIF_JOB_SQL_H */

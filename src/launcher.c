@@ -480,6 +480,7 @@ notif_launcher_main(Datum arg)
 	BackgroundWorkerInitializeConnection(notif_database, NULL, 0);
 	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("lock_timeout", NOTIF_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
 	pgstat_report_appname("notif_deliver launcher");
 
 	LWLockAcquire(notif_shared->lanes_lock, LW_EXCLUSIVE);
@@ -511,8 +512,14 @@ notif_launcher_main(Datum arg)
 
 		if (ConfigReloadPending)
 		{
+			TimestampTz soonest;
+
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			/* a shorter purge_interval counts from now, not from the last purge */
+			soonest = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), notif_purge_interval_ms);
+			if (next_purge > soonest)
+				next_purge = soonest;
 		}
 
 		/* is there anything to do?  (no query unless something changed) */

@@ -36,6 +36,15 @@
  */
 #define NOTIF_SCHEMA_VERSION	"1.2"
 
+/*
+ * The launcher's and the senders' lock_timeout.  Their statements pass
+ * over rows another session has locked (SKIP LOCKED); a lock they still
+ * wait for (a table's, during DDL or notif_active_rebuild()) fails the
+ * round after this long, logged once and tried again with backoff, so
+ * that neither waits unboundedly, unable to see SIGTERM meanwhile.
+ */
+#define NOTIF_LOCK_TIMEOUT		"1s"
+
 /* guc.c */
 extern int	notif_max_payload_size;
 extern char *notif_database;

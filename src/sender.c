@@ -42,6 +42,7 @@
 NotifSender sender = {
 	.claimed = DLIST_STATIC_INIT(sender.claimed),
 	.finished = DLIST_STATIC_INIT(sender.finished),
+	.passed = DLIST_STATIC_INIT(sender.passed),
 	.config_stale = true,
 	.need_recovery = true,
 	.activity_stale = true,
@@ -129,6 +130,8 @@ wait_timeout_ms(TimestampTz now, bool room)
 			return 0;
 		wake = sender.claim_at;
 	}
+	if (!dlist_is_empty(&sender.passed) && (wake == 0 || sender.passed_at < wake))
+		wake = sender.passed_at;	/* results a lock held back */
 	if (sender.trim_pending && sender.idle_since != 0)
 	{
 		TimestampTz trim_at = TimestampTzPlusMilliseconds(sender.idle_since,
@@ -152,7 +155,7 @@ static void
 sender_shutdown(void)
 {
 	sender_drop_calls();
-	if (!dlist_is_empty(&sender.finished))
+	if (!dlist_is_empty(&sender.finished) || !dlist_is_empty(&sender.passed))
 	{
 		PG_TRY();
 		{
@@ -203,6 +206,7 @@ notif_sender_main(Datum arg)
 	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_OVERRIDE);
 	/* a claim skips rows that others claimed meanwhile, never fails on them */
 	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("lock_timeout", NOTIF_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
 	notif_sql_planner_settings();	/* its statements are planned once */
 	SetConfigOption("application_name", psprintf("notif_deliver sender %s", sender.lane),
 					PGC_USERSET, PGC_S_OVERRIDE);
@@ -238,7 +242,7 @@ notif_sender_main(Datum arg)
 		sender_report_state(now);
 		retiring = pg_atomic_read_u32(&sender.slot->retire) != 0;
 		if (retiring && notif_http_inflight() == 0 && dlist_is_empty(&sender.finished) &&
-			dlist_is_empty(&sender.claimed))
+			dlist_is_empty(&sender.passed) && dlist_is_empty(&sender.claimed))
 			sender_retire();
 		room = !retiring && notif_http_inflight() < sender_max_inflight();
 		n = WaitEventSetWait(wes, wait_timeout_ms(now, room), events, lengthof(events),

@@ -37,6 +37,16 @@
  */
 #define SENDER_LOCKED_DUE_WAIT_MS	100
 
+/*
+ * A round's record waits this long for a job's row lock (another session's
+ * notif_cancel or SELECT ... FOR UPDATE left open), then the round fails
+ * and is tried again at once with a record that passes over locked jobs;
+ * the results so passed over are tried again after
+ * SENDER_LOCKED_RESULT_WAIT_MS, until recorded.
+ */
+#define SENDER_RECORD_LOCK_WAIT		"100ms"
+#define SENDER_LOCKED_RESULT_WAIT_MS	100
+
 /* pg_stat_activity shows a busy sender's counts at most this often */
 #define SENDER_ACTIVITY_REPORT_MS	1000
 
@@ -64,15 +74,21 @@ typedef struct NotifSender
 	/*
 	 * Calls.  Every call is on exactly one list, or in flight in http.c:
 	 * claimed (its claim is not committed yet: it must not start),
-	 * finished (its result is not committed yet).  Each call in either
-	 * list or in flight holds one slot of its provider's throttle, given
-	 * back when it ends or is discarded.  calls_cxt is the parent of each
-	 * call's own context; round_cxt is reset after every round.
+	 * finished (its result is not committed yet), passed (its result was
+	 * not recorded because another session holds its job's row: back to
+	 * finished at passed_at).  Each call in claimed or in flight holds one
+	 * slot of its provider's throttle, given back when it ends or is
+	 * discarded.  calls_cxt is the parent of each call's own context;
+	 * round_cxt is reset after every round.
 	 */
 	MemoryContext calls_cxt;
 	MemoryContext round_cxt;
 	dlist_head	claimed;
 	dlist_head	finished;
+	dlist_head	passed;
+	TimestampTz passed_at;
+	bool		record_passing; /* the record passes over locked jobs */
+	bool		recording;		/* in the round's usual record */
 
 	/*
 	 * The throttle grant claim_jobs is turning into calls: grant_left slots
@@ -123,6 +139,7 @@ extern TimestampTz sender_record_due(bool woken);
 struct NotifResult;
 extern void sender_recover_orphans(void);
 extern int	sender_finished_results(struct NotifResult **out);
+extern void sender_record(struct NotifResult *results, int n, bool *passed);
 
 /* sender_report.c */
 extern void sender_report_state(TimestampTz now);

@@ -10,6 +10,7 @@
  */
 #include "postgres.h"
 
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "job_sql.h"
@@ -95,6 +96,29 @@ sender_recover_orphans(void)
 	ereport(LOG,
 			(errmsg("notif_deliver sender of lane \"%s\": recovered %d job(s) left in flight by a stopped sender",
 					sender.lane, k)));
+}
+
+/*
+ * Record the round's results (see SENDER_RECORD_LOCK_WAIT): the usual
+ * record, which waits for a job's lock (a WAL record less per job than
+ * locking first), or while record_passing, the one that passes over
+ * locked jobs and says which in passed[].
+ */
+void
+sender_record(NotifResult *results, int n, bool *passed)
+{
+	if (sender.record_passing)
+	{
+		notif_sql_record(results, n, passed);
+		return;
+	}
+	(void) set_config_option("lock_timeout", SENDER_RECORD_LOCK_WAIT, PGC_SUSET, PGC_S_OVERRIDE,
+							 GUC_ACTION_LOCAL, true, 0, false);
+	sender.recording = true;
+	notif_sql_record(results, n, NULL);
+	sender.recording = false;
+	(void) set_config_option("lock_timeout", NOTIF_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE,
+							 GUC_ACTION_LOCAL, true, 0, false);
 }
 
 /* The results of the finished calls, as job_sql.c records them. */

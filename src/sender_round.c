@@ -431,7 +431,42 @@ sender_max_inflight(void)
 bool
 sender_has_work(void)
 {
-	return !dlist_is_empty(&sender.finished) || sender.need_recovery || sender.config_stale;
+	return !dlist_is_empty(&sender.finished) || sender.need_recovery || sender.config_stale ||
+		(!dlist_is_empty(&sender.passed) && sender.passed_at <= GetCurrentTimestamp());
+}
+
+/* Results passed over for a lock: to be recorded again, when due or when forced. */
+static void
+retake_passed(bool force)
+{
+	if (!dlist_is_empty(&sender.passed) && (force || sender.passed_at <= GetCurrentTimestamp()))
+		while (!dlist_is_empty(&sender.passed))
+			dlist_push_tail(&sender.finished, dlist_pop_head_node(&sender.passed));
+}
+
+/*
+ * The round's results are committed: let their calls go, but keep those
+ * whose job another session held locked (passed[i], in the order of the
+ * finished list) for a later round.
+ */
+static void
+let_recorded_go(const bool *passed)
+{
+	int			i = 0;
+
+	while (!dlist_is_empty(&sender.finished))
+	{
+		NotifCall  *call = dlist_container(NotifCall, node, dlist_pop_head_node(&sender.finished));
+
+		if (passed[i++])
+		{
+			dlist_push_tail(&sender.passed, &call->node);
+			sender.passed_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														   SENDER_LOCKED_RESULT_WAIT_MS);
+		}
+		else
+			free_call(call);
+	}
 }
 
 /*
@@ -444,6 +479,7 @@ sender_round(bool want_claim)
 {
 	NotifResult *results;
 	int			n_results = 0;
+	bool	   *passed = NULL;
 	bool		installed;
 	bool		confirmed;
 
@@ -467,8 +503,10 @@ sender_round(bool want_claim)
 			sender.need_recovery = false;
 			sender_recover_orphans();
 		}
+		retake_passed(ShutdownRequestPending);
 		n_results = sender_finished_results(&results);
-		notif_sql_record(results, n_results, NULL);
+		passed = palloc0(sizeof(bool) * Max(n_results, 1));
+		sender_record(results, n_results, passed);
 		notif_push_record_unregistered(&sender.finished);
 		if (want_claim && !ShutdownRequestPending)
 			claim_jobs();
@@ -491,9 +529,8 @@ sender_round(bool want_claim)
 		return;
 	}
 
-	/* the results are committed: let their calls go */
-	while (!dlist_is_empty(&sender.finished))
-		free_call(dlist_container(NotifCall, node, dlist_pop_head_node(&sender.finished)));
+	let_recorded_go(passed);
+	sender.record_passing = !dlist_is_empty(&sender.passed);
 
 	if (!confirmed)
 		hold_back_claimed();
@@ -535,6 +572,15 @@ sender_round_failed(void)
 	sender.grant_left = 0;
 	sender.config_stale = true;
 	sender.activity_stale = true;
+
+	/* the record met a job's lock: again at once, passing over locked jobs */
+	if (sender.recording && edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+	{
+		sender.recording = false;
+		sender.record_passing = true;
+		return;
+	}
+	sender.recording = false;
 
 	/*
 	 * A DROP EXTENSION that committed during the round is no error: the

@@ -78,3 +78,24 @@ spi_array_of(Datum *elems, bool *nulls, int n, Oid elemtype)
 	return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs,
 											  elemtype, typlen, typbyval, typalign));
 }
+
+/* a bigint[] column without NULLs, as a palloc'd array of *n values */
+int64 *
+spi_col_int8_array(int row, int c, int *n)
+{
+	bool		isnull;
+	Datum		d = spi_col(row, c, &isnull);
+	Datum	   *elems;
+	int64	   *out;
+	int			i;
+
+	*n = 0;
+	if (isnull)
+		return NULL;
+	deconstruct_array(DatumGetArrayTypeP(d), INT8OID, sizeof(int64), FLOAT8PASSBYVAL,
+					  TYPALIGN_DOUBLE, &elems, NULL, n);
+	out = palloc(sizeof(int64) * Max(*n, 1));
+	for (i = 0; i < *n; i++)
+		out[i] = DatumGetInt64(elems[i]);
+	return out;
+}

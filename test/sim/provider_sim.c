@@ -31,7 +31,8 @@
  * for bodies over 64 KB, "body-truncated-to 65536"; an empty line; the
  * (kept) body bytes verbatim.  This costs memory per key, on top of the
  * ledger entry: the head and the body, a few hundred bytes for a typical
- * request.  /stats counts 3xx answers in status_3xx.
+ * request.  /stats counts 3xx answers in status_3xx, and every answer
+ * written in answered (a delayed one when its delay ends, not a held one).
  *
  * X-Sim-Fault: 301|302|307 answers that status, not delivered, with an
  * empty body and Location: http://127.0.0.1:PORT/redirected (the address
@@ -531,6 +532,7 @@ typedef struct SimStats
 	uint64_t	status_429;
 	uint64_t	status_5xx;
 	uint64_t	malformed;
+	uint64_t	answered;		/* answers written (a delayed one when its delay ends) */
 	int64_t		inflight;		/* gauge: requests held right now */
 	int64_t		connections_open;	/* gauge */
 } SimStats;
@@ -1748,10 +1750,11 @@ format_stats(Buf *out)
 			   "resets %" PRIu64 "\nstatus_2xx %" PRIu64 "\nstatus_3xx %" PRIu64 "\n"
 			   "status_4xx %" PRIu64 "\n"
 			   "status_429 %" PRIu64 "\nstatus_5xx %" PRIu64 "\ninflight %" PRId64 "\n"
-			   "connections_open %" PRId64 "\nkeys %zu\nmalformed %" PRIu64 "\n",
+			   "connections_open %" PRId64 "\nkeys %zu\nmalformed %" PRIu64 "\n"
+			   "answered %" PRIu64 "\n",
 			   s->requests, s->delivered, s->timeouts, s->resets, s->status_2xx,
 			   s->status_3xx, s->status_4xx, s->status_429, s->status_5xx, s->inflight,
-			   s->connections_open, sim.ledger.count, s->malformed);
+			   s->connections_open, sim.ledger.count, s->malformed, s->answered);
 }
 
 /* clear the ledger and the counters (gauges stay) */
@@ -2255,6 +2258,9 @@ conn_answer(Conn *c)
 		buf_append(&c->out, c->pending.data, c->pending.len);
 		if (c->close_when_answered)
 			c->close_mode = CLOSE_GRACEFUL;
+		sim_lock();
+		sim.stats.answered++;
+		sim_unlock();
 	}
 	buf_clear(&c->pending);
 	c->state = CS_HEAD;

@@ -597,7 +597,7 @@ code -H 'Idempotency-Key: s-4' -H 'X-Sim-Fault: 500' --data-binary x >/dev/null
 curl -s -o /dev/null "$BASE/health"
 curl -s -o /dev/null "$BASE/ledger"
 st=$(curl -s "$BASE/stats")
-for kv in 'requests 4' 'delivered 3' 'status_2xx 3' 'status_3xx 0' 'status_5xx 1' 'timeouts 0' 'resets 0' 'keys 4' 'inflight 0' 'connections_open 1'; do
+for kv in 'requests 4' 'delivered 3' 'status_2xx 3' 'status_3xx 0' 'status_5xx 1' 'timeouts 0' 'resets 0' 'keys 4' 'inflight 0' 'connections_open 1' 'answered 4'; do
 	like "$st" "^$kv\$" "stats: $kv (control endpoints not counted)"
 done
 

@@ -5,8 +5,11 @@
 # notif_job before any sender claims; notif_active_rebuild() reconciles it
 # by hand; a work row whose job is not queued is never claimed; a renamed
 # type keeps its work; notif_cancel and notif_retry keep it exact; a user's
-# lock on one job holds back that job only; the sender's updates of a
-# backlog are heap-only.
+# lock on one job holds back that job only, queued or with its call in
+# flight (its result waits, the lane goes on), or finished (the purge
+# passes over it); a table lock is waited for a second at most (the round
+# fails, logged once; SIGTERM stops the sender meanwhile); the sender's
+# updates of a backlog are heap-only.
 use strict;
 use warnings;
 use lib 'test';
@@ -14,6 +17,7 @@ use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 my $node = new_node('work');
 my $sim = start_sim();
@@ -24,6 +28,34 @@ $node->safe_psql('postgres', q{
 	       ('otp', 'at_least_once', 3, 'otp', false)});
 
 my $work = q{SELECT count(*) FROM notif_active};
+
+# wait until the simulator's counter NAME is VALUE
+sub wait_stat
+{
+	my ($name, $want) = @_;
+	my $until = time + $PostgreSQL::Test::Utils::timeout_default;
+	while (time < $until)
+	{
+		return 1 if stats($sim)->{$name} == $want;
+		usleep(10_000);
+	}
+	diag("simulator's $name: " . stats($sim)->{$name} . ", not $want");
+	return 0;
+}
+
+# wait until the simulator's ledger says "received delivered bodies" of a key
+sub wait_ledger_key
+{
+	my ($key, $want) = @_;
+	my $until = time + $PostgreSQL::Test::Utils::timeout_default;
+	while (time < $until)
+	{
+		return 1 if ledger_key($sim, $key) eq $want;
+		usleep(10_000);
+	}
+	diag("ledger of $key: " . ledger_key($sim, $key) . ", not $want");
+	return 0;
+}
 my $queued = q{SELECT count(*) FROM notif_job WHERE status = 'queued'};
 
 # --- every new job is queued work; the work is the queued jobs exactly ---
@@ -118,8 +150,84 @@ ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $y"),
 is($node->safe_psql('postgres', "SELECT status FROM notif_job WHERE id = $x"), 'queued',
 	'the locked one waits, queued');
 $bg->query_safe('COMMIT');
-$bg->quit;
 ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $x"), 'and is sent once the lock is gone');
+
+# --- a user's lock on a job whose call is in flight holds back its result only ---
+# (the provider answers in 1 s; the lock is taken before the answer)
+set_provider($node, 'slow', $sim->{url}, headers => q('{"X-Sim-Latency-Ms": "1000"}'),
+	idempotency_header => q('Idempotency-Key'), timeout => q('10 s'));
+$node->safe_psql('postgres', q{INSERT INTO notif_type (code, delivery, max_tries, lane, provider)
+                               VALUES ('otp_slow', 'at_least_once', 3, 'otp', 'slow')});
+ok(wait_config_read($node, 'otp'), 'the lane has the slow provider');
+my $answered = stats($sim)->{answered};
+my $held_log_at = -s $node->logfile;
+my $held = $node->safe_psql('postgres', q{SELECT notif_enqueue(20, 'otp_slow', 'held', '{"text":"Ma OTP: 20"}')});
+ok(wait_ledger_key('otp_slow:20:held', '1 1 1'), 'a result held back: the call reached the provider');
+$bg->query_safe('BEGIN');
+$bg->query_safe("SELECT id FROM notif_job WHERE id = $held FOR SHARE");
+is(stats($sim)->{answered}, $answered, 'a result held back: locked before the provider answered');
+ok(wait_stat('answered', $answered + 1), 'a result held back: the provider answered');
+my $next = $node->safe_psql('postgres', q{SELECT notif_enqueue(21, 'otp2', 'next', '{"text":"Ma OTP: 21"}')});
+ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $next"),
+	'a result held back: the lane goes on (the next job is claimed, called and recorded)');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity
+                                   WHERE application_name = 'notif_deliver sender otp' AND wait_event_type = 'Lock'}),
+	'0', 'a result held back: the sender does not wait for the lock');
+is($node->safe_psql('postgres', "SELECT status FROM notif_job WHERE id = $held"), 'sending',
+	'a result held back: the locked job is still sending');
+$bg->query_safe('COMMIT');
+$bg->quit;
+ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $held"),
+	'a result held back: recorded once the lock is gone');
+is(job_row($node, $held) . ' ' . ledger_key($sim, 'otp_slow:20:held'), 'sent accepted 1 200 1 1 1',
+	'a result held back: accepted at its only call, not sent again');
+unlike(slurp_file($node->logfile, $held_log_at), qr/sender of lane "otp"/,
+	'a result held back: nothing logged (the record passed over the lock at once)');
+
+# --- a user's lock on a finished job holds back its purge only ---
+# (the finished jobs of otp2 last due in the past, the oldest locked)
+my $due = $node->safe_psql('postgres', q{SELECT string_agg(id::text, ',' ORDER BY next_at) FROM notif_job
+                                          WHERE kind = 'otp2' AND status = 'sent' AND next_at < now()});
+my ($oldest) = split /,/, $due;
+cmp_ok(scalar(split /,/, $due), '>=', 3, "a purge held back: finished jobs of otp2 past due ($due)");
+$bg = $node->background_psql('postgres');
+$bg->query_safe('BEGIN');
+$bg->query_safe("SELECT id FROM notif_job WHERE id = $oldest FOR SHARE");
+$node->safe_psql('postgres', q{UPDATE notif_type SET retention = '1 ms' WHERE code = 'otp2';
+                               ALTER SYSTEM SET notif_deliver.purge_interval = '1s'; SELECT pg_reload_conf()});
+ok(wait_until($node, "SELECT string_agg(id::text, ',') FROM notif_job WHERE id IN ($due)", $oldest),
+	'a purge held back: the launcher purged every one of them but the locked one');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity
+                                   WHERE backend_type = 'notif_deliver launcher' AND wait_event_type = 'Lock'}),
+	'0', 'a purge held back: the launcher does not wait for the lock');
+$bg->query_safe('COMMIT');
+$bg->quit;
+ok(wait_until($node, "SELECT count(*) = 0 FROM notif_job WHERE id IN ($due)"),
+	'a purge held back: the locked one is purged once the lock is gone');
+$node->safe_psql('postgres', q{ALTER SYSTEM RESET notif_deliver.purge_interval; SELECT pg_reload_conf()});
+
+# --- a lock the workers must wait for (a table's) is waited for 1 s at most ---
+# (lock_timeout: the round fails, logged once, and is tried again; SIGTERM
+# is seen meanwhile)
+my $sender_pid = $node->safe_psql('postgres', q{SELECT pid FROM notif_workers() WHERE lane = 'otp'});
+my $log_at = -s $node->logfile;
+$bg = $node->background_psql('postgres');
+$bg->query_safe('BEGIN');
+$bg->query_safe('LOCK TABLE notif_active IN ACCESS EXCLUSIVE MODE');
+ok($node->poll_query_until('postgres', q{SELECT count(*) > 0 FROM pg_stat_activity
+                                         WHERE application_name = 'notif_deliver sender otp' AND wait_event_type = 'Lock'}),
+	'a table locked: the sender waits for it');
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($sender_pid)");
+ok(wait_until($node, "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $sender_pid"),
+	'a table locked: the waiting sender stops on SIGTERM, the lock still held');
+my $lock_log = slurp_file($node->logfile, $log_at);
+my $timeouts = () = $lock_log =~ /sender of lane "otp": canceling statement due to lock timeout/g;
+is($timeouts, 1, 'a table locked: the lock timeout logged once');
+$bg->query_safe('COMMIT');
+$bg->quit;
+my $after = $node->safe_psql('postgres', q{SELECT notif_enqueue(22, 'otp_slow', 'after-lock', '{"text":"Ma OTP: 22"}')});
+ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $after"),
+	'a table locked: once it is released, a new sender sends the lane\'s jobs');
 
 # --- a backlog's status updates are heap-only ---
 $node->safe_psql('postgres', q{UPDATE notif_type SET paused = true WHERE code = 'promo'});
