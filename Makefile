@@ -28,6 +28,7 @@ OBJS = \
 	src/enqueue_fk.o \
 	src/enqueue_indexes.o \
 	src/launcher.o \
+	src/launcher_connect.o \
 	src/sender.o \
 	src/sender_round.o \
 	src/sender_results.o \

@@ -477,7 +477,7 @@ notif_launcher_main(Datum arg)
 	BackgroundWorkerUnblockSignals();
 
 	notif_shmem_attach();
-	BackgroundWorkerInitializeConnection(notif_database, NULL, 0);
+	notif_launcher_connect();
 	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("lock_timeout", NOTIF_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);

@@ -129,6 +129,9 @@ typedef struct NotifShared
 	pg_atomic_uint64 launcher_config_seen;	/* the generation it acted on */
 	pg_atomic_uint64 config_generation;	/* bumped by each config commit */
 	pg_atomic_uint64 next_incarnation;
+	/* the launcher's alone (launcher_connect.c) */
+	bool		launcher_connecting;	/* set while it connects */
+	int			launcher_connect_failures;	/* launchers in a row that died connecting */
 	NotifLaneSlot lanes[FLEXIBLE_ARRAY_MEMBER];	/* notif_max_lanes of them */
 	/* then notif_max_providers NotifProviderSlots: notif_providers */
 } NotifShared;
@@ -169,6 +172,7 @@ extern Oid	notif_extension_schema(Oid extoid, char **version);
 
 /* launcher.c, sender.c: background worker entry points */
 extern PGDLLEXPORT void notif_launcher_main(Datum arg);
+extern void notif_launcher_connect(void);	/* launcher_connect.c */
 extern PGDLLEXPORT void notif_sender_main(Datum arg);
 extern void notif_register_launcher(void);
 

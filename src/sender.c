@@ -130,7 +130,8 @@ wait_timeout_ms(TimestampTz now, bool room)
 			return 0;
 		wake = sender.claim_at;
 	}
-	if (!dlist_is_empty(&sender.passed) && (wake == 0 || sender.passed_at < wake))
+	if (!dlist_is_empty(&sender.passed) && sender.backoff_until <= now &&
+		(wake == 0 || sender.passed_at < wake))
 		wake = sender.passed_at;	/* results a lock held back */
 	if (sender.trim_pending && sender.idle_since != 0)
 	{
@@ -157,6 +158,8 @@ sender_shutdown(void)
 	sender_drop_calls();
 	if (!dlist_is_empty(&sender.finished) || !dlist_is_empty(&sender.passed))
 	{
+		/* a job locked now is passed over, not the round lost for it */
+		sender.record_passing = true;
 		PG_TRY();
 		{
 			sender_round(false);

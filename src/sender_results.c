@@ -112,12 +112,13 @@ sender_record(NotifResult *results, int n, bool *passed)
 		notif_sql_record(results, n, passed);
 		return;
 	}
-	(void) set_config_option("lock_timeout", SENDER_RECORD_LOCK_WAIT, PGC_SUSET, PGC_S_OVERRIDE,
+	/* transaction-local (a source above the session value's PGC_S_OVERRIDE) */
+	(void) set_config_option("lock_timeout", SENDER_RECORD_LOCK_WAIT, PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
 	sender.recording = true;
 	notif_sql_record(results, n, NULL);
 	sender.recording = false;
-	(void) set_config_option("lock_timeout", NOTIF_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE,
+	(void) set_config_option("lock_timeout", NOTIF_LOCK_TIMEOUT, PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
 }
 

@@ -505,7 +505,8 @@ sender_round(bool want_claim)
 		}
 		retake_passed(ShutdownRequestPending);
 		n_results = sender_finished_results(&results);
-		passed = palloc0(sizeof(bool) * Max(n_results, 1));
+		/* read after the commit: not in the SPI or transaction memory */
+		passed = MemoryContextAllocZero(sender.round_cxt, sizeof(bool) * Max(n_results, 1));
 		sender_record(results, n_results, passed);
 		notif_push_record_unregistered(&sender.finished);
 		if (want_claim && !ShutdownRequestPending)

@@ -2,7 +2,8 @@
 # as lanes come and go; a stopped sender restarted without touching other
 # lanes; CREATE and DROP EXTENSION noticed without a restart; a commit (and
 # not a poll, nor anything before the commit) wakes the lane's sender; the
-# retention purge; the providers' in-flight and rate limits.
+# retention purge; the providers' in-flight and rate limits; a database
+# that does not exist: the launcher tries again with backoff, said once.
 use strict;
 use warnings;
 use lib 'test';
@@ -10,6 +11,7 @@ use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 # A long safety poll: whatever goes out quickly was woken, not polled.
 my $node = PostgreSQL::Test::Cluster->new('launcher');
@@ -218,4 +220,36 @@ ok( wait_until($node, q{SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_
 	'the lanes that went away released their slots');
 
 unlike(slurp_file($node->logfile), qr/retrying with backoff/, 'no sender logged an error');
+
+# --- notif_deliver.database names no database: the launcher backs off ---
+# (each launcher dies connecting, FATAL; the next waits 1 s, doubling)
+$node->append_conf('postgresql.conf', "notif_deliver.database = 'nodb'");
+my $log_at = -s $node->logfile;
+$node->restart;
+my @fatal;
+my $until = time + $PostgreSQL::Test::Utils::timeout_default;
+while (time < $until)
+{
+	@fatal = slurp_file($node->logfile, $log_at) =~ /^\S+ (\d+):(\d+):([\d.]+) \S+ \[\d+\] FATAL:  database "nodb" does not exist/mg;
+	last if @fatal >= 4 * 3;
+	usleep(100_000);
+}
+is(scalar(@fatal) / 3, 4, 'no database: the launcher tried four times');
+my @at = map { $fatal[$_ * 3] * 3600 + $fatal[$_ * 3 + 1] * 60 + $fatal[$_ * 3 + 2] } 0 .. 3;
+my @gaps = map { sprintf '%.1f', $at[$_ + 1] - $at[$_] } 0 .. 2;
+ok($gaps[1] > $gaps[0] + 0.5 && $gaps[2] > $gaps[1] + 0.5,
+	"no database: further apart each time (@gaps s), not a try a second");
+my @said = slurp_file($node->logfile, $log_at) =~ /(could not connect to database "nodb"; trying again with backoff)/g;
+is(scalar(@said), 1, 'no database: said once');
+# the fifth launcher waits 8 s before it tries: a reload ends the wait
+$node->safe_psql('postgres', 'CREATE DATABASE nodb');
+$until = time + $PostgreSQL::Test::Utils::timeout_default;
+my $pm = $node->{_pid};
+usleep(20_000) until time > $until || `pgrep -P $pm -f 'notif_deliver launcher'` =~ /\d/;
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+ok(wait_until($node, q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'notif_deliver launcher' AND datname = 'nodb'}),
+	'no database: created, the launcher connects to it');
+my ($h, $m, $sec) = slurp_file($node->logfile, $log_at) =~ /^\S+ (\d+):(\d+):([\d.]+) \S+ \[\d+\] LOG:  notif_deliver launcher started for database "nodb"/m;
+my $waited = $h * 3600 + $m * 60 + $sec - $at[3];
+cmp_ok($waited, '<', 6, sprintf('no database: the reload ended the 8 s wait (connected %.1f s after the fourth try)', $waited));
 done_testing();
