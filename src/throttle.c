@@ -132,6 +132,25 @@ warn_unshared(const char *name)
 	MemoryContextSwitchTo(old);
 }
 
+/*
+ * A provider this sender let go of (let_go) while its calls were still in
+ * flight is in the lane's configuration again: count the sender in again,
+ * in the shared slot it kept (a slot with calls in flight is never taken by
+ * another provider), or in the lane's list of unshared providers.
+ */
+static void
+rejoin(Attachment *a, NotifLaneSlot *lane)
+{
+	if (a->shared >= 0)
+	{
+		LWLockAcquire(notif_shared->providers_lock, LW_EXCLUSIVE);
+		notif_providers[a->shared].senders++;
+		LWLockRelease(notif_shared->providers_lock);
+	}
+	else
+		list_unshared(lane, a->name, true);
+}
+
 /* Attach this lane's sender to a provider's throttle; returns the handle. */
 int
 notif_throttle_attach(const char *provider, NotifLaneSlot *lane)
@@ -142,7 +161,8 @@ notif_throttle_attach(const char *provider, NotifLaneSlot *lane)
 	for (h = 0; h < n_attachments; h++)
 		if (IN_USE(&attachments[h]) && strcmp(attachments[h].name, provider) == 0)
 		{
-			attachments[h].refs++;
+			if (attachments[h].refs++ == 0)
+				rejoin(&attachments[h], lane);
 			return h;
 		}
 	for (h = 0; h < n_attachments; h++)

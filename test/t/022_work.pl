@@ -7,7 +7,8 @@
 # type keeps its work; notif_cancel and notif_retry keep it exact; a user's
 # lock on one job holds back that job only, queued or with its call in
 # flight (its result waits, the lane goes on), or finished (the purge
-# passes over it); a table lock is waited for a second at most (the round
+# passes over it); a provider that leaves the lane and comes back while a
+# call of its is in flight keeps its slot; a table lock is waited for a second at most (the round
 # fails, logged once; SIGTERM stops the sender meanwhile); the sender's
 # updates of a backlog are heap-only.
 use strict;
@@ -183,6 +184,27 @@ is(job_row($node, $held) . ' ' . ledger_key($sim, 'otp_slow:20:held'), 'sent acc
 	'a result held back: accepted at its only call, not sent again');
 unlike(slurp_file($node->logfile, $held_log_at), qr/sender of lane "otp"/,
 	'a result held back: nothing logged (the record passed over the lock at once)');
+
+# --- a provider that leaves the lane with a call in flight and comes back
+# before it ends keeps the lane's sender counted in its shared slot ---
+set_provider($node, 'slower', $sim->{url}, headers => q('{"X-Sim-Latency-Ms": "5000"}'),
+	idempotency_header => q('Idempotency-Key'), timeout => q('10 s'));
+$node->safe_psql('postgres', q{INSERT INTO notif_type (code, delivery, max_tries, lane, provider)
+                               VALUES ('otp_slower', 'at_least_once', 1, 'otp', 'slower')});
+ok(wait_config_read($node, 'otp'), 'rejoin: the lane has the slower provider');
+my $slot_of = q{SELECT coalesce(string_agg(senders || ' ' || in_flight, ','), 'none') FROM notif_provider_slots() WHERE provider = 'slower'};
+my $before = stats($sim)->{answered};
+my $rejoin = $node->safe_psql('postgres', q{SELECT notif_enqueue(23, 'otp_slower', 'rejoin', '{"text":"Ma OTP: 23"}')});
+ok(wait_ledger_key('otp_slower:23:rejoin', '1 1 1'), 'rejoin: the call reached the provider');
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = true WHERE code = 'otp_slower'});
+ok(wait_config_read($node, 'otp'), 'rejoin: the type paused, the provider left the lane');
+is($node->safe_psql('postgres', $slot_of), '0 1', 'rejoin: its slot kept for the call in flight, no sender');
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = false WHERE code = 'otp_slower'});
+ok(wait_config_read($node, 'otp'), 'rejoin: resumed, the provider is in the lane again');
+is(stats($sim)->{answered}, $before, 'rejoin: before the provider answered');
+ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $rejoin"), 'rejoin: the call ended and was recorded');
+is($node->safe_psql('postgres', $slot_of), '1 0', 'rejoin: the lane\'s sender counted in the slot again');
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = true WHERE code = 'otp_slower'});
 
 # --- a user's lock on a finished job holds back its purge only ---
 # (the finished jobs of otp2 last due in the past, the oldest locked)
