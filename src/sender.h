@@ -140,6 +140,7 @@ struct NotifResult;
 extern void sender_recover_orphans(void);
 extern int	sender_finished_results(struct NotifResult **out);
 extern void sender_record(struct NotifResult *results, int n, bool *passed);
+extern void sender_retake_passed(bool force);
 
 /* sender_report.c */
 extern void sender_report_state(TimestampTz now);

@@ -4,7 +4,8 @@
  *      What a lane's sender records in its round: the result of each call
  *      that ended, and of each job a stopped sender left in flight (its
  *      call's outcome is unknown).  job_state.c decides what each job
- *      becomes; this builds the one result record job_sql.c writes.
+ *      becomes; this builds the one result record job_sql.c writes, and
+ *      runs it (passing over jobs another session holds, when one did).
  *
  *-------------------------------------------------------------------------
  */
@@ -120,6 +121,15 @@ sender_record(NotifResult *results, int n, bool *passed)
 	sender.recording = false;
 	(void) set_config_option("lock_timeout", NOTIF_LOCK_TIMEOUT, PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
+}
+
+/* Results passed over for a lock: to be recorded again, when due or when forced. */
+void
+sender_retake_passed(bool force)
+{
+	if (!dlist_is_empty(&sender.passed) && (force || sender.passed_at <= GetCurrentTimestamp()))
+		while (!dlist_is_empty(&sender.passed))
+			dlist_push_tail(&sender.finished, dlist_pop_head_node(&sender.passed));
 }
 
 /* The results of the finished calls, as job_sql.c records them. */

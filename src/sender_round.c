@@ -435,15 +435,6 @@ sender_has_work(void)
 		(!dlist_is_empty(&sender.passed) && sender.passed_at <= GetCurrentTimestamp());
 }
 
-/* Results passed over for a lock: to be recorded again, when due or when forced. */
-static void
-retake_passed(bool force)
-{
-	if (!dlist_is_empty(&sender.passed) && (force || sender.passed_at <= GetCurrentTimestamp()))
-		while (!dlist_is_empty(&sender.passed))
-			dlist_push_tail(&sender.finished, dlist_pop_head_node(&sender.passed));
-}
-
 /*
  * The round's results are committed: let their calls go, but keep those
  * whose job another session held locked (passed[i], in the order of the
@@ -503,7 +494,7 @@ sender_round(bool want_claim)
 			sender.need_recovery = false;
 			sender_recover_orphans();
 		}
-		retake_passed(ShutdownRequestPending);
+		sender_retake_passed(ShutdownRequestPending);
 		n_results = sender_finished_results(&results);
 		/* read after the commit: not in the SPI or transaction memory */
 		passed = MemoryContextAllocZero(sender.round_cxt, sizeof(bool) * Max(n_results, 1));

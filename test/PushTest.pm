@@ -15,7 +15,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
 our @EXPORT = qw(push_rig_missing make_push_keys start_push_rig push_stats push_secrets
-  push_control front_connections wait_push_stat);
+  push_control front_connections wait_push_stat service_account_json apns_key_json);
 
 my @pids;
 END { local $?; kill 'TERM', $_ for @pids; waitpid($_, 0) for @pids; }
@@ -84,6 +84,27 @@ sub wait_port
 		usleep(50_000);
 	}
 	die "$what did not start on port $port";
+}
+
+# The throwaway keys as notif_provider.credentials: the service account's
+# JSON file (its token_uri given), and an APNs key's {key_id, team_id,
+# private_key}
+sub service_account_json
+{
+	my ($keys, $token_uri) = @_;
+	require JSON::PP;
+	return JSON::PP->new->canonical->encode({
+		type => 'service_account', project_id => 'demo-project', private_key_id => 'k1',
+		private_key => $keys->{rsa_key}, client_email => 'notif@demo.iam.gserviceaccount.com',
+		token_uri => $token_uri });
+}
+
+sub apns_key_json
+{
+	my ($keys) = @_;
+	require JSON::PP;
+	return JSON::PP->new->canonical->encode({
+		key_id => 'KEYID12345', team_id => 'TEAMID1234', private_key => $keys->{ec_key} });
 }
 
 # The rig: push_sim behind nghttpx.  Returns { front, back, base, accesslog, sim_log }.

@@ -32,12 +32,8 @@ my $node = new_node('push', 'notif_deliver.poll_interval' => "'200ms'");
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 sub q_lit { my ($s) = @_; $s =~ s/'/''/g; return "'$s'"; }
 
-my $sa = JSON::PP->new->canonical->encode({
-	type => 'service_account', project_id => 'demo-project', private_key_id => 'k1',
-	private_key => $keys->{rsa_key}, client_email => 'notif@demo.iam.gserviceaccount.com',
-	token_uri => 'https://127.0.0.1:1/token' });
-my $p8 = JSON::PP->new->canonical->encode({
-	key_id => 'KEYID12345', team_id => 'TEAMID1234', private_key => $keys->{ec_key} });
+my $sa = service_account_json($keys, 'https://127.0.0.1:1/token');
+my $p8 = apns_key_json($keys);
 
 # --- token.c: every signature verifies with the public key --------------
 sql(q{CREATE FUNCTION notif_jwt_sign(text, jsonb, bigint) RETURNS text

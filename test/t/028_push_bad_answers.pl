@@ -20,7 +20,6 @@ if (my $missing = push_rig_missing())
 {
 	plan skip_all => "$missing (test/deps.sh installs it)";
 }
-require JSON::PP;
 
 my $keys = make_push_keys();
 my $node = new_node('push_bad', 'notif_deliver.poll_interval' => "'200ms'");
@@ -32,12 +31,8 @@ my $rig = start_push_rig($keys, 'token-life' => 3600);
 push_control($rig, '/expires-in/1e30');		# before any fetch
 my $base = $rig->{base};
 my $ca = q_lit($keys->{cert_pem});
-my $sa = JSON::PP->new->canonical->encode({
-	type => 'service_account', project_id => 'demo-project', private_key_id => 'k1',
-	private_key => $keys->{rsa_key}, client_email => 'notif@demo.iam.gserviceaccount.com',
-	token_uri => "$base/token" });
-my $p8 = JSON::PP->new->canonical->encode({
-	key_id => 'KEYID12345', team_id => 'TEAMID1234', private_key => $keys->{ec_key} });
+my $sa = service_account_json($keys, "$base/token");
+my $p8 = apns_key_json($keys);
 
 sql("INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert, timeout)
      VALUES ('fcm', '$base/v1/projects/demo-project/messages:send', 'fcm', 'google_service_account',
