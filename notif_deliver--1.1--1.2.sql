@@ -353,6 +353,61 @@ COMMENT ON COLUMN notif_provider.max_connections IS 'HTTP/2 connections per lane
 COMMENT ON COLUMN notif_provider.ca_cert IS 'PEM CA certificate(s) to verify the provider with, instead of the system store';
 
 /*
+ * A row of notif_provider that breaks a NOT NULL or CHECK constraint is
+ * refused by this trigger, before PostgreSQL's own checks, with the same
+ * SQLSTATE, message and constraint name, but without PostgreSQL's
+ * "DETAIL: Failing row contains (...)", which would show the row's
+ * headers and credentials to the client and the server log.  It evaluates
+ * the table's constraints as they are (pg_constraint), so one added later
+ * is covered too; the constraints stay, the last word.
+ */
+CREATE FUNCTION notif_provider_check_row()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c record;
+    broken boolean;
+BEGIN
+    FOR c IN SELECT a.attname FROM pg_attribute a
+              WHERE a.attrelid = TG_RELID AND a.attnum > 0 AND a.attnotnull AND NOT a.attisdropped
+              ORDER BY a.attnum
+    LOOP
+        EXECUTE format('SELECT ($1).%I IS NULL', c.attname) INTO broken USING NEW;
+        IF broken THEN
+            RAISE EXCEPTION USING ERRCODE = 'not_null_violation',
+                MESSAGE = format('null value in column "%s" of relation "%s" violates not-null constraint',
+                                 c.attname, TG_TABLE_NAME),
+                DETAIL = 'The row is not shown: it may hold credentials.',
+                SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = c.attname;
+        END IF;
+    END LOOP;
+    FOR c IN SELECT con.conname, pg_get_expr(con.conbin, con.conrelid) AS expr FROM pg_constraint con
+              WHERE con.conrelid = TG_RELID AND con.contype = 'c'
+              ORDER BY con.conname
+    LOOP
+        EXECUTE format('SELECT (%s) IS FALSE FROM (SELECT ($1).*) AS %I', c.expr, TG_TABLE_NAME)
+           INTO broken USING NEW;
+        IF broken THEN
+            RAISE EXCEPTION USING ERRCODE = 'check_violation',
+                MESSAGE = format('new row for relation "%s" violates check constraint "%s"',
+                                 TG_TABLE_NAME, c.conname),
+                DETAIL = 'The row is not shown: it may hold credentials.',
+                SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, CONSTRAINT = c.conname;
+        END IF;
+    END LOOP;
+    RETURN NEW;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION notif_provider_check_row() FROM PUBLIC;
+
+CREATE TRIGGER notif_provider_check_row
+    BEFORE INSERT OR UPDATE ON notif_provider
+    FOR EACH ROW EXECUTE FUNCTION notif_provider_check_row();
+
+/*
  * notif_unregistered: device tokens the platform said are dead (FCM 404
  * UNREGISTERED, APNs 410 Unregistered or 400 BadDeviceToken), one row per
  * job that was refused so; the app deletes them on its side, then the rows

@@ -77,6 +77,21 @@ SELECT try($$INSERT INTO notif_provider (name, connect_timeout) VALUES ('p1', '-
 SELECT try($$INSERT INTO notif_provider (name, max_inflight) VALUES ('p1', 0)$$);
 SELECT try($$INSERT INTO notif_provider (name, rate_limit) VALUES ('p1', 0)$$);
 SELECT count(*) AS providers_written FROM notif_provider WHERE name = 'p1';
+-- a refused row is not shown (its headers and credentials may be secrets):
+-- the constraint is named, PostgreSQL's "Failing row contains" is not said
+INSERT INTO notif_provider (name, url, headers) VALUES ('p1', 'ftp://sms.example.com', '{"Authorization": "Bearer s3cr3t"}');
+UPDATE notif_provider SET headers = '{"Authorization": "Bearer s3cr3t"}', max_inflight = NULL WHERE name = 'default';
+DO $$
+DECLARE
+    c text;
+    d text;
+BEGIN
+    UPDATE notif_provider SET headers = '{"Authorization": "Bearer s3cr3t"}', timeout = '0 s' WHERE name = 'default';
+EXCEPTION WHEN check_violation THEN
+    GET STACKED DIAGNOSTICS c = CONSTRAINT_NAME, d = PG_EXCEPTION_DETAIL;
+    RAISE NOTICE 'constraint %: %', c, d;
+END $$;
+SELECT headers FROM notif_provider WHERE name = 'default';
 
 -- a well-formed provider with headers and an idempotency header
 INSERT INTO notif_provider (name, url, format, headers, idempotency_header, rate_limit)
