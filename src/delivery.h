@@ -134,6 +134,7 @@ extern CURLU *notif_url_parse(const NotifProviderConf *provider);
 
 /* http.c */
 extern void notif_http_init(void);
+extern void notif_printable_into(char *dst, const char *src, size_t n);
 extern int	notif_http_epoll_fd(void);
 extern long notif_http_timeout_ms(void);
 extern void notif_http_drive(bool sockets_ready);

@@ -160,6 +160,24 @@ read_cb(char *buffer, size_t size, size_t nitems, void *userdata)
 	return n;
 }
 
+/*
+ * n bytes of a provider's text into dst as printable ASCII (any other byte
+ * a '?'): it goes into a text column or a log line, whatever it was (a
+ * proxy's HTML page, a string cut inside a UTF-8 character).
+ */
+void
+notif_printable_into(char *dst, const char *src, size_t n)
+{
+	size_t		i;
+
+	for (i = 0; i < n; i++)
+	{
+		unsigned char c = (unsigned char) src[i];
+
+		dst[i] = (c >= 0x20 && c < 0x7f) ? (char) c : '?';
+	}
+}
+
 /* keep the start of a response body, for last_error */
 static size_t
 write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
@@ -167,8 +185,7 @@ write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 	NotifCall  *call = (NotifCall *) userdata;
 	size_t		n = size * nmemb;
 	size_t		room = sizeof(call->response) - 1 - call->response_len;
-
-	size_t		i;
+	size_t		kept = Min(n, room);
 
 	/* a push answer or a token is read whole (it may hold a secret) */
 	if (call->answer)
@@ -178,13 +195,8 @@ write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 		return n;
 	}
 
-	/* printable ASCII only: it goes into a text column, whatever it was */
-	for (i = 0; i < n && room > 0; i++, room--)
-	{
-		unsigned char c = (unsigned char) ptr[i];
-
-		call->response[call->response_len++] = (c >= 0x20 && c < 0x7f) ? (char) c : '?';
-	}
+	notif_printable_into(call->response + call->response_len, ptr, kept);
+	call->response_len += kept;
 	call->response[call->response_len] = '\0';
 	return n;
 }

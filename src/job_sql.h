@@ -52,6 +52,7 @@ typedef struct NotifResult
 } NotifResult;
 
 extern char *notif_sql_wrong_version;
+
 /*
  * The columns of a result, in the order of the record statement's
  * parameters: (enum, column name, element type, array type, SQL type).

@@ -64,24 +64,14 @@ notif_json_number_in(JsonbValue *v, double lo, double hi, double *out)
 	return true;
 }
 
-/*
- * At most max bytes of a provider's text, printable ASCII only (anything
- * else becomes '?'): it goes into a text column or a log line, and may be
- * anything (a proxy's HTML page, a string cut inside a UTF-8 character).
- */
+/* at most max bytes of a provider's text, printable (notif_printable_into) */
 char *
 notif_printable_copy(const char *s, int len, int max)
 {
 	int			n = Min(len, max);
 	char	   *out = palloc(n + 1);
-	int			i;
 
-	for (i = 0; i < n; i++)
-	{
-		unsigned char c = (unsigned char) s[i];
-
-		out[i] = (c >= 0x20 && c < 0x7f) ? (char) c : '?';
-	}
+	notif_printable_into(out, s, n);
 	out[n] = '\0';
 	return out;
 }

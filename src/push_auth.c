@@ -262,6 +262,7 @@ fetch_done(NotifCall *call)
 	JsonbValue *token = NULL;
 	JsonbValue *expires = NULL;
 	double		life_s;
+	bool		has_token;
 	MemoryContext old = MemoryContextSwitchTo(call->cxt);	/* all goes with it */
 
 	if (call->body)
@@ -287,11 +288,11 @@ fetch_done(NotifCall *call)
 		}
 	}
 
-	if (token && token->type == jbvString && token->val.string.len > 0 &&
-		!notif_json_number_in(expires, 1, TOKEN_LIFE_MAX_S, &life_s))
+	has_token = token && token->type == jbvString && token->val.string.len > 0;
+	if (has_token && !notif_json_number_in(expires, 1, TOKEN_LIFE_MAX_S, &life_s))
 		fetch_failed(pa, "the token endpoint's expires_in is not a number of seconds from 1 to "
 					 CppAsString2(TOKEN_LIFE_MAX_S));
-	else if (token && token->type == jbvString && token->val.string.len > 0)
+	else if (has_token)
 	{
 		int64		life = (int64) life_s;
 		int64		margin = Min((int64) GOOGLE_REFRESH_MARGIN_S, life / 2);

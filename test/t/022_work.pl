@@ -30,33 +30,23 @@ $node->safe_psql('postgres', q{
 
 my $work = q{SELECT count(*) FROM notif_active};
 
-# wait until the simulator's counter NAME is VALUE
-sub wait_stat
+# Poll the simulator until what(), one of its answers, is $want.
+sub wait_sim
 {
-	my ($name, $want) = @_;
+	my ($what, $want) = @_;
 	my $until = time + $PostgreSQL::Test::Utils::timeout_default;
 	while (time < $until)
 	{
-		return 1 if stats($sim)->{$name} == $want;
+		return 1 if $what->() eq $want;
 		usleep(10_000);
 	}
-	diag("simulator's $name: " . stats($sim)->{$name} . ", not $want");
+	diag('the simulator says ' . $what->() . ", not $want");
 	return 0;
 }
+# its counter NAME; its ledger's "received delivered bodies" of KEY
+sub wait_stat { my ($name, $want) = @_; return wait_sim(sub { stats($sim)->{$name} }, $want); }
+sub wait_ledger_key { my ($key, $want) = @_; return wait_sim(sub { ledger_key($sim, $key) }, $want); }
 
-# wait until the simulator's ledger says "received delivered bodies" of a key
-sub wait_ledger_key
-{
-	my ($key, $want) = @_;
-	my $until = time + $PostgreSQL::Test::Utils::timeout_default;
-	while (time < $until)
-	{
-		return 1 if ledger_key($sim, $key) eq $want;
-		usleep(10_000);
-	}
-	diag("ledger of $key: " . ledger_key($sim, $key) . ", not $want");
-	return 0;
-}
 my $queued = q{SELECT count(*) FROM notif_job WHERE status = 'queued'};
 
 # --- every new job is queued work; the work is the queued jobs exactly ---
