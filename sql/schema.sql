@@ -13,10 +13,12 @@ SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod) AS t
 SELECT a.attname, a.attidentity FROM pg_attribute a
  WHERE a.attrelid = 'notif_job'::regclass AND a.attidentity <> '';
 
--- keys, foreign keys and CHECKs
+-- keys, foreign keys and CHECKs (NOT NULL, a constraint of its own from
+-- PostgreSQL 18 on, is in the columns' list above)
 SELECT conrelid::regclass AS tab, conname, pg_get_constraintdef(oid) AS def
   FROM pg_constraint
- WHERE conrelid IN ('notif_provider'::regclass, 'notif_type'::regclass,
+ WHERE contype <> 'n'
+   AND conrelid IN ('notif_provider'::regclass, 'notif_type'::regclass,
                     'notif_job'::regclass, 'notif_attempt'::regclass, 'notif_dlr'::regclass,
                     'notif_shard'::regclass, 'notif_active'::regclass, 'notif_lane'::regclass)
  ORDER BY 1::text, 2;

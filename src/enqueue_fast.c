@@ -33,16 +33,6 @@
  */
 #include "postgres.h"
 
-/*
- * This file calls executor internals (ExecInsertIndexTuples,
- * ExecCheckIndexConstraints, the speculative-insertion calls) whose
- * signatures change between major versions: PostgreSQL 16 gave
- * ExecInsertIndexTuples another argument.  Built and tested on 15 only.
- */
-#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 160000
-#error "enqueue_fast.c is written for PostgreSQL 15's executor; port it (and test it) before building for another major version"
-#endif
-
 #include "access/genam.h"
 #include "access/table.h"
 #include "access/tableam.h"
@@ -63,6 +53,40 @@
 #include "utils/snapmgr.h"
 
 #include "enqueue_fast.h"
+#include "pg_compat.h"
+
+/*
+ * The executor internals this file calls, as each supported major declares
+ * them (pg_compat.h hides the differences): a later change fails the build
+ * here, naming the function.
+ */
+#if PG_VERSION_NUM >= 180000
+NOTIF_EXPECT_SIGNATURE(ExecCheckIndexConstraints,
+					   bool (*) (ResultRelInfo *, TupleTableSlot *, EState *,
+								 ItemPointer, ItemPointer, List *));
+#else
+NOTIF_EXPECT_SIGNATURE(ExecCheckIndexConstraints,
+					   bool (*) (ResultRelInfo *, TupleTableSlot *, EState *,
+								 ItemPointer, List *));
+#endif
+#if PG_VERSION_NUM >= 160000
+NOTIF_EXPECT_SIGNATURE(ExecInsertIndexTuples,
+					   List *(*) (ResultRelInfo *, TupleTableSlot *, EState *,
+								  bool, bool, bool *, List *, bool));
+#else
+NOTIF_EXPECT_SIGNATURE(ExecInsertIndexTuples,
+					   List *(*) (ResultRelInfo *, TupleTableSlot *, EState *,
+								  bool, bool, bool *, List *));
+#endif
+NOTIF_EXPECT_SIGNATURE(ExecConstraints,
+					   void (*) (ResultRelInfo *, TupleTableSlot *, EState *));
+NOTIF_EXPECT_SIGNATURE(InitResultRelInfo,
+					   void (*) (ResultRelInfo *, Relation, Index, ResultRelInfo *, int));
+NOTIF_EXPECT_SIGNATURE(ExecARInsertTriggers,
+					   void (*) (EState *, ResultRelInfo *, TupleTableSlot *, List *,
+								 TransitionCaptureState *));
+NOTIF_EXPECT_SIGNATURE(SpeculativeInsertionLockAcquire, uint32 (*) (TransactionId));
+NOTIF_EXPECT_SIGNATURE(build_column_default, Node *(*) (Relation, int));
 
 typedef struct FastCache
 {
@@ -185,7 +209,7 @@ fast_cache_build(Oid nspid)
 				   !only_work_trigger(trig)))) ||
 		rel->rd_rel->relrowsecurity ||
 		rel->rd_rel->relkind != RELKIND_RELATION ||
-		(desc->constr && desc->constr->has_generated_stored))
+		notif_has_generated(desc->constr))
 	{
 		table_close(rel, AccessShareLock);
 		return;
@@ -242,7 +266,12 @@ fast_cache_build(Oid nspid)
 		cache.checks = palloc0(sizeof(ExprState *) * desc->constr->num_check);
 		for (i = 0; i < desc->constr->num_check; i++)
 		{
-			Expr	   *check = expression_planner(stringToNode(desc->constr->check[i].ccbin));
+			Expr	   *check;
+
+			/* NOT ENFORCED (18): ExecRelCheck skips it, a NULL state passes */
+			if (!notif_check_enforced(desc->constr, i))
+				continue;
+			check = expression_planner(stringToNode(desc->constr->check[i].ccbin));
 
 			if (notif_expr_per_call((Node *) check))
 				goto unusable;	/* its state cannot outlive a call */
@@ -402,7 +431,7 @@ insert_work(EState *estate, Datum id, Datum kind, Datum next_at)
 	ExecStoreVirtualTuple(slot);
 	ExecConstraints(rri, slot, estate);
 	table_tuple_insert(rel, slot, estate->es_output_cid, 0, NULL);
-	list_free(ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL));
+	list_free(notif_insert_index_tuples(rri, slot, estate, false, NULL, NIL));
 	return rel;
 }
 
@@ -431,7 +460,7 @@ fast_insert(Datum *given, bool *given_null, bool *inserted)
 
 	rel = table_open(cache.relid, RowExclusiveLock);
 	InitResultRelInfo(rri, rel, 0, NULL, 0);	/* no range table */
-	rri->ri_ConstraintExprs = cache.checks;
+	NOTIF_RRI_CHECK_EXPRS(rri) = cache.checks;
 	notif_fast_open_indexes(rri, &cache.indexes);
 	/* where the trigger machinery looks for the relation (not reopening it) */
 	estate->es_opened_result_relations = list_make1(rri);
@@ -464,7 +493,7 @@ fast_insert(Datum *given, bool *given_null, bool *inserted)
 		uint32		token;
 
 		CHECK_FOR_INTERRUPTS();
-		if (!ExecCheckIndexConstraints(rri, slot, estate, &conflict, arbiters))
+		if (!notif_check_index_constraints(rri, slot, estate, &conflict, arbiters))
 		{
 			/* the key exists (committed, or ours): its job stands */
 			id = conflicting_id(rel, &conflict, estate);
@@ -474,8 +503,8 @@ fast_insert(Datum *given, bool *given_null, bool *inserted)
 
 		token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
 		table_tuple_insert_speculative(rel, slot, estate->es_output_cid, 0, NULL, token);
-		recheck = ExecInsertIndexTuples(rri, slot, estate, false, true,
-										&spec_conflict, arbiters);
+		recheck = notif_insert_index_tuples(rri, slot, estate, true,
+											&spec_conflict, arbiters);
 		table_tuple_complete_speculative(rel, slot, token, !spec_conflict);
 		SpeculativeInsertionLockRelease(GetCurrentTransactionId());
 		if (spec_conflict)

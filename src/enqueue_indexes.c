@@ -24,6 +24,7 @@
 #include "utils/rel.h"
 
 #include "enqueue_fast.h"
+#include "pg_compat.h"
 
 /* whether relid is one of the prepared indexes */
 bool
@@ -139,7 +140,13 @@ notif_fast_open_indexes(ResultRelInfo *rri, const FastIndexes *fi)
 	}
 }
 
-/* closes what notif_fast_open_indexes opened, keeping the locks */
+/*
+ * Closes what notif_fast_open_indexes (or the executor) opened, keeping the
+ * locks, as ExecCloseIndices does: each access method first ends its insert
+ * state (17 on: BRIN keeps its revmap's pages pinned until then).  Leaves
+ * nothing for ExecCloseIndices, which from 17 on expects every index still
+ * open.
+ */
 void
 notif_fast_close_indexes(ResultRelInfo *rri)
 {
@@ -149,8 +156,11 @@ notif_fast_close_indexes(ResultRelInfo *rri)
 	{
 		if (rri->ri_IndexRelationDescs[i] == NULL)
 			continue;
+		notif_index_insert_cleanup(rri->ri_IndexRelationDescs[i],
+								   rri->ri_IndexRelationInfo[i]);
 		index_close(rri->ri_IndexRelationDescs[i], NoLock);
-		rri->ri_IndexRelationDescs[i] = NULL;	/* for ExecCloseIndices */
+		rri->ri_IndexRelationDescs[i] = NULL;
 	}
+	rri->ri_NumIndices = 0;
 }
 

@@ -282,6 +282,17 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 	curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &call->http_status);
 	curl_easy_getinfo(easy, CURLINFO_REQUEST_SIZE, &request_size);
 	curl_easy_getinfo(easy, CURLINFO_RETRY_AFTER, &retry_after);
+	if (result == CURLE_URL_MALFORMAT || result == CURLE_UNSUPPORTED_PROTOCOL ||
+		result == CURLE_FAILED_INIT)
+	{
+		/*
+		 * Refused before the transfer began: libcurl left the handle's
+		 * information as the last call on it left it (a 200, a request
+		 * size), which is not this call's.
+		 */
+		call->http_status = 0;
+		request_size = 0;
+	}
 	curl_easy_getinfo(easy, CURLINFO_HTTP_VERSION, &call->http_version);
 	curl_easy_getinfo(easy, CURLINFO_REDIRECT_TIME_T, &resent);	/* > 0: sent again */
 	call->retry_after_ms = (int64) retry_after * 1000;
@@ -441,6 +452,16 @@ start(NotifCall *call)
 
 	/* every option that a call may set, for each call: see put_handle */
 	curl_easy_setopt(easy, CURLOPT_PRIVATE, call);
+
+	/*
+	 * The URL parsed once (libcurl then uses it and need not parse the
+	 * string), or NULL; set before the string, because libcurl 8 forgets
+	 * the string when CURLOPT_CURLU is set (even to NULL): a call without
+	 * a parsed URL on a handle whose last call had one would then fail with
+	 * "No URL set".  The string is given all the same, so that what libcurl
+	 * holds as the transfer's URL is this call's, not the one before.
+	 */
+	curl_easy_setopt(easy, CURLOPT_CURLU, call->curlu);
 	rc = curl_easy_setopt(easy, CURLOPT_URL, call->url);
 	if (rc != CURLE_OK)
 	{
@@ -450,12 +471,6 @@ start(NotifCall *call)
 		 */
 		return not_started(call, easy, rc);
 	}
-	/*
-	 * Parsed once (libcurl then uses it and need not parse the string), or
-	 * NULL.  The string is given all the same, so that what libcurl holds
-	 * as the transfer's URL is this call's, not the one before.
-	 */
-	curl_easy_setopt(easy, CURLOPT_CURLU, call->curlu);
 	if (pool->max_connections > 0)
 	{
 		/* HTTP/2 where TLS offers it; wait for a stream, not a new connection */

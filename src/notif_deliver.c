@@ -36,6 +36,14 @@ _PG_init(void)
 		return;					/* enqueue works; nothing is sent */
 
 	notif_shmem_request();
+
+	/*
+	 * pg_upgrade starts both clusters in binary upgrade mode, with the
+	 * library preloaded: nothing may be claimed or sent then (the launcher
+	 * starts when the upgraded cluster is started for use).
+	 */
+	if (IsBinaryUpgrade)
+		return;
 	notif_register_launcher();
 }
 

@@ -36,6 +36,7 @@
 
 #include "ha.h"
 #include "job_sql.h"
+#include "pg_compat.h"
 #include "sender.h"
 #include "throttle.h"
 
@@ -221,7 +222,7 @@ notif_sender_main(Datum arg)
 											 ALLOCSET_DEFAULT_SIZES);
 
 	notif_http_init();
-	wes = CreateWaitEventSet(TopMemoryContext, 3);
+	wes = notif_create_wait_event_set(3);
 	AddWaitEventToSet(wes, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wes, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	AddWaitEventToSet(wes, WL_SOCKET_READABLE, notif_http_epoll_fd(), NULL, NULL);

@@ -30,12 +30,12 @@
 
 #define TYPE_CODE_MAXLEN	NAMEDATALEN * 2
 
-typedef struct TypeCacheEntry
+typedef struct NotifTypeCacheEntry
 {
 	char		code[TYPE_CODE_MAXLEN];	/* hash key */
 	bool		exists;
 	NotifTypeInfo info;
-} TypeCacheEntry;
+} NotifTypeCacheEntry;
 
 static HTAB *type_cache = NULL;
 static bool type_cache_valid = false;
@@ -69,7 +69,7 @@ type_cache_reset(Oid nspid)
 	if (type_cache)
 		hash_destroy(type_cache);
 	ctl.keysize = TYPE_CODE_MAXLEN;
-	ctl.entrysize = sizeof(TypeCacheEntry);
+	ctl.entrysize = sizeof(NotifTypeCacheEntry);
 	type_cache = hash_create("notif_deliver type cache", 64, &ctl,
 							 HASH_ELEM | HASH_STRINGS);
 
@@ -116,7 +116,7 @@ get_lookup_plan(Oid nspid)
 bool
 notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info)
 {
-	TypeCacheEntry *entry;
+	NotifTypeCacheEntry *entry;
 	bool		found;
 
 	/* codes this long cannot be cached; they are looked up every time */

@@ -167,11 +167,12 @@ usleep(1_000_000);
 my $sent_down = sql($sent_gd);
 usleep(int(1_000_000 * (4 - (time - $t_kill)))) if time - $t_kill < 4;
 is(sql($sent_gd), $sent_down, 'no job became sent while smsbox was down');
-# libcurl says "Couldn't connect to server" (7.88) or "Connection refused"
+# libcurl says "Couldn't connect to server" (7.88), "Could not connect to
+# server" (8.14, Debian 13) or "Connection refused"
 my $refused = sql(q{
 	SELECT count(*) FROM notif_calls a JOIN notif_job j ON j.id = a.job_id
 	 WHERE j.kind = 'sms_gd' AND a.outcome = 'unreached'
-	   AND a.error ~ '^Failed to connect .*(Couldn''t connect to server|Connection refused)'});
+	   AND a.error ~ '^Failed to connect .*(Couldn''t connect to server|Could not connect to server|Connection refused)'});
 cmp_ok($refused, '>', 0, "calls during the outage: connection refused, 'unreached' ($refused)")
   or diag(attempts('sms_gd'));
 

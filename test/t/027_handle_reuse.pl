@@ -138,7 +138,9 @@ my $warm2 = enqueue('r_query', 'warm2');
 ok(wait_final($warm2), 'a GET to another URL went out over the kept-alive connection');
 my $alo = enqueue('r_json', 'hit');
 ok(wait_final($alo), 'the at_least_once call after it finished');
-is(ledger_key($sim, 'r_json:7:hit'), '2 0 1',
+# libcurl 7.88 (Debian 12) sends it twice; 8.14 (Debian 13 on) may send it
+# a third time, when the fresh connection is reset too: each copy the same body
+like(ledger_key($sim, 'r_json:7:hit'), qr/^[23] 0 1$/,
 	'at_least_once: libcurl re-sent the request on a fresh connection (the hazard guarded above)');
 is(last_request($sim, 'r_json:7:hit')->{target}, '/json/send?via=json', 'the re-sent copy went to its own URL');
 
