@@ -5,10 +5,17 @@
 #   make installcheck    pg_regress (sql/) and TAP tests (test/t/) against it
 #   make test            all of the above on a fresh machine (test/run)
 #   make test-ha         Patroni end to end, slow (test/run --ha; test/ha/*.pl)
+#   make test-matrix     deb, test and test-ha on PostgreSQL 17 and 18 (Debian 13 and
+#                        unstable chroots, kept between runs), then test-upgrade (test/matrix)
+#   make test-upgrade    pg_upgrade of a cluster in use from 15 to 17 (test/upgrade/run)
 #   make demo            a throwaway cluster delivering the example types (test/demo)
 #   make bench           every benchmark under test/bench; writes doc/benchmarks.md and
 #                        doc/benchmarks-peers.md (test/bench/run)
-#   make deb             the Debian package postgresql-15-notif-deliver, in build/deb/ (release/deb)
+#   make bench-majors    the headline enqueue and dispatch benchmarks on 15, 17 and 18 side by
+#                        side (test/bench/majors.sh; after make test-matrix)
+#   make deb             the Debian package postgresql-N-notif-deliver for this machine's major,
+#                        in build/deb/, and for 17 and 18 in build/deb/pgN/ where their chroots
+#                        exist (release/deb)
 #   make deb-check       make deb, then install, test and purge the package (release/package_check)
 #   make dist            the PGXN archive notif_deliver-<version>.zip of a tag (release/dist)
 #   make metacheck       META.json against the PGXN meta spec and the control files (release/meta_check)
@@ -87,18 +94,27 @@ ifneq ($(TAP_TESTS),)
 installcheck: $(SIM)
 endif
 
-.PHONY: test test-ha demo bench deb deb-check dist metacheck
+.PHONY: test test-ha test-matrix test-upgrade demo bench bench-majors deb deb-check dist metacheck
 test:
 	bash test/run
 
 test-ha:
 	bash test/run --ha
 
+test-matrix:
+	bash test/matrix
+
+test-upgrade:
+	bash test/upgrade/run
+
 demo:
 	bash test/demo
 
 bench:
 	bash test/bench/run
+
+bench-majors:
+	bash test/bench/majors.sh
 
 # Releases: the packaging reads what to ship from EXTENSION, MODULE_big and
 # DATA above (make install), never from a list of its own.

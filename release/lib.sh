@@ -2,9 +2,9 @@
 # (sourced, not run).
 
 # The source files of the tree at $1, NUL-separated, sorted: what git tracks
-# plus new files it does not ignore (so uncommitted work is built as it is),
-# or every file but build/ outside a git checkout (e.g. an unpacked PGXN
-# archive).
+# plus new files it does not ignore (so uncommitted work is built as it is);
+# in a copy made by copy_tree (no .git), the files it copied (listed in its
+# .tree_files); else every file but build/ (e.g. an unpacked PGXN archive).
 tree_files()
 {
 	(
@@ -14,16 +14,23 @@ tree_files()
 				while IFS= read -r -d '' f; do
 					[ -f "$f" ] && printf '%s\0' "$f"
 				done
+		elif [ -f .tree_files ]; then
+			while IFS= read -r -d '' f; do
+				[ -f "$f" ] && printf '%s\0' "$f"
+			done <.tree_files
 		else
 			find . -path ./build -prune -o -type f -printf '%P\0'
 		fi
 	) | sort -z
 }
 
-# Copy tree_files of $1 into the existing folder $2.
+# Copy tree_files of $1 into the existing folder $2, with their list in
+# $2/.tree_files (so that tree_files and tree_sum of the copy, which has no
+# .git, see the same files after a build there).
 copy_tree()
 {
-	tree_files "$1" | (cd "$1" && tar --null -T - -cf -) | tar -xf - -C "$2"
+	tree_files "$1" >"$2/.tree_files"
+	(cd "$1" && tar --null -T - -cf -) <"$2/.tree_files" | tar -xf - -C "$2"
 }
 
 # One checksum over the names and contents of tree_files: a package built

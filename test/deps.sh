@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test/deps.sh: install the packages that building and testing notif_deliver
-# need, on Debian 12, if any is missing (postgresql-15-plproxy is for the
-# router extension notif_deliver_router and test/t/021_shards.pl).  Root
+# need, if any is missing: on Debian 12 for PostgreSQL 15, or, with
+# PGVERSION=17 or 18, inside the Debian 13 or unstable chroot that
+# test/chroot makes for that major (postgresql-N-plproxy is for the router
+# extension notif_deliver_router and test/t/021_shards.pl).  Root
 # uses apt directly; anyone else gets told what to install.  With --bench,
 # also what `make bench` needs (gnuplot-nox for the charts; PgQ and its
 # ticker daemon pgqd for test/bench/peers.sh, whose npm peers that script
@@ -21,10 +23,11 @@ set -euo pipefail
 # (nghttpx, the HTTP/2 TLS front) and libcryptx-perl (verifying RS256/ES256)
 # for the push tests test/t/020_push.pl and 026; iproute2 (ss: the open
 # connections 026 counts)
-packages=(make gcc libc6-dev postgresql-15 postgresql-server-dev-15 postgresql-client-15
+v=${PGVERSION:-15}
+packages=(make gcc libc6-dev postgresql-$v postgresql-server-dev-$v postgresql-client-$v
 	libcurl4-openssl-dev libssl-dev libipc-run-perl openssl bc procps curl
-	nghttp2-proxy libcryptx-perl postgresql-15-plproxy iproute2)
-[ "${1:-}" = --bench ] && packages+=(gnuplot-nox postgresql-15-pgq3 pgqd)
+	nghttp2-proxy libcryptx-perl postgresql-$v-plproxy iproute2)
+[ "${1:-}" = --bench ] && packages+=(gnuplot-nox postgresql-$v-pgq3 pgqd)
 [ "${1:-}" = --ha ] && packages+=(patroni etcd-server)
 optional=(kannel kannel-extras)
 
@@ -71,7 +74,7 @@ chmod +x "$policy"
 
 apt_get() { apt-get -o DPkg::Lock::Timeout=300 "$@"; }
 apt_get update -qq
-# postgresql-15 and its headers must be the same minor version: install both
+# postgresql-N and its headers must be the same minor version: install both
 if [ ${#missing[@]} -gt 0 ]; then
 	apt_get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
 fi

@@ -126,7 +126,10 @@ fails_with('a Debian version that is not META.json\'s',
 	qr/debian\/changelog: version 1\.3\.0-1, but META\.json says 1\.2\.0/);
 fails_with('a PostgreSQL prereq wider than what is tested',
 	sub { edit_meta($_[0], sub { $_[0]{prereqs}{runtime}{requires}{PostgreSQL} = '15.0.0' }) },
-	qr/PostgreSQL: "15\.0\.0", but debian\/pgversions builds and tests 15: ">= 15\.0\.0, < 16\.0\.0"/);
+	qr/PostgreSQL: "15\.0\.0", but debian\/pgversions builds and tests 15, 17, 18: ">= 15\.0\.0, < 19\.0\.0"/);
+fails_with('a tested major that META.json does not list',
+	sub { edit_meta($_[0], sub { $_[0]{x_tested_postgresql} = [ '15', '16', '17', '18' ] }) },
+	qr/x_tested_postgresql: \[15, 16, 17, 18\], but debian\/pgversions builds and tests 15, 17, 18/);
 fails_with('a version that is not SemVer',
 	sub { edit_meta($_[0], sub { $_[0]{provides}{notif_deliver}{version} = '1.2' }) },
 	qr/provides\.notif_deliver\.version: "1\.2" is not a SemVer version/);
@@ -159,6 +162,15 @@ SKIP:
 	skip 'pg_buildext (postgresql-common) is not installed', 3
 	  unless system('command -v pg_buildext >/dev/null') == 0;
 	my $dir = copy_tree();
+	# debian/control is committed for Debian 12's PostgreSQL (15); on a
+	# Debian release whose PostgreSQL is another major (17 in Debian 13),
+	# release/deb writes it again, as done here first
+	my $supported = join(' ', split ' ', `pg_buildext supported-versions '$dir' 2>/dev/null`);
+	if ($supported ne '15')
+	{
+		$out = `cd '$dir' && pg_buildext updatecontrol 2>&1`;
+		is($?, 0, "pg_buildext updatecontrol for this system's PostgreSQL $supported") or diag($out);
+	}
 	$out = `cd '$dir' && pg_buildext checkcontrol 2>&1`;
 	is($?, 0, 'debian/control is up to date with debian/control.in') or diag($out);
 	spew("$dir/debian/control.in", slurp("$dir/debian/control.in") =~ s/^Section: database$/Section: misc/mr);
