@@ -7,9 +7,10 @@
 # uses apt directly; anyone else gets told what to install.  With --bench,
 # also what `make bench` needs (gnuplot-nox for the charts; PgQ and its
 # ticker daemon pgqd for test/bench/peers.sh, whose npm peers that script
-# installs itself); with --ha, what `make test-ha` needs (patroni and
-# etcd-server: their daemons are not started, as below).  apt waits up to 5
-# minutes for another apt to release its lock.
+# installs itself); with --ha, what `make test-ha` needs (patroni, its etcd
+# client python3-etcd, which Debian 13's patroni does not pull in without
+# recommends, and etcd-server: their daemons are not started, as below).
+# apt waits up to 5 minutes for another apt to release its lock.
 #
 # kannel and kannel-extras (the open-source SMS gateway and its fake SMSC)
 # are for the end-to-end test test/t/008_kannel.pl only: root installs them
@@ -28,7 +29,7 @@ packages=(make gcc libc6-dev postgresql-$v postgresql-server-dev-$v postgresql-c
 	libcurl4-openssl-dev libssl-dev libipc-run-perl openssl bc procps curl
 	nghttp2-proxy libcryptx-perl postgresql-$v-plproxy iproute2)
 [ "${1:-}" = --bench ] && packages+=(gnuplot-nox postgresql-$v-pgq3 pgqd)
-[ "${1:-}" = --ha ] && packages+=(patroni etcd-server)
+[ "${1:-}" = --ha ] && packages+=(patroni python3-etcd etcd-server)
 optional=(kannel kannel-extras)
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
