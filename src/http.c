@@ -282,17 +282,6 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 	curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &call->http_status);
 	curl_easy_getinfo(easy, CURLINFO_REQUEST_SIZE, &request_size);
 	curl_easy_getinfo(easy, CURLINFO_RETRY_AFTER, &retry_after);
-	if (result == CURLE_URL_MALFORMAT || result == CURLE_UNSUPPORTED_PROTOCOL ||
-		result == CURLE_FAILED_INIT)
-	{
-		/*
-		 * Refused before the transfer began: libcurl left the handle's
-		 * information as the last call on it left it (a 200, a request
-		 * size), which is not this call's.
-		 */
-		call->http_status = 0;
-		request_size = 0;
-	}
 	curl_easy_getinfo(easy, CURLINFO_HTTP_VERSION, &call->http_version);
 	curl_easy_getinfo(easy, CURLINFO_REDIRECT_TIME_T, &resent);	/* > 0: sent again */
 	call->retry_after_ms = (int64) retry_after * 1000;
