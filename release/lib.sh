@@ -1,5 +1,6 @@
-# release/lib.sh: helpers shared by release/deb and release/package_check
-# (sourced, not run).
+# release/lib.sh: helpers shared by release/deb, release/package_check and
+# the scripts that build and test in test/chroot's chroots (sourced, not
+# run).
 
 # The source files of the tree at $1, NUL-separated, sorted: what git tracks
 # plus new files it does not ignore (so uncommitted work is built as it is);
@@ -56,4 +57,37 @@ pkg_present()
 	local s
 	s=$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null) || return 1
 	[ "$s" != not-installed ] && [ -n "$s" ]
+}
+
+# This machine's own PostgreSQL major (pg_config's), or nothing.
+host_major()
+{
+	pg_config --version 2>/dev/null | sed -n 's/^PostgreSQL \([0-9]*\).*/\1/p'
+}
+
+# test/chroot's chroot for a PostgreSQL major (17, 18; 15-17: the upgrade
+# test's): "SUITE NAME", its Debian suite and its folder's name, or nothing.
+chroot_of()
+{
+	case $1 in
+	17) echo trixie trixie ;;
+	18) echo sid sid ;;
+	15-17) echo trixie trixie-upgrade ;;
+	esac
+}
+
+# Its folder, or nothing.
+chroot_dir()
+{
+	local suite name
+	read -r suite name <<<"$(chroot_of "$1")"
+	[ -z "$name" ] || echo "${NOTIF_CHROOTS:-/var/cache/notif_deliver/chroots}/$name"
+}
+
+# Whether test/chroot has made it (the last step of making it: its packages).
+chroot_made()
+{
+	local dir
+	dir=$(chroot_dir "$1")
+	[ -n "$dir" ] && [ -f "$dir/.notif_deps_done" ]
 }

@@ -19,7 +19,8 @@ cd "$(dirname "$0")/../.."
 export BENCH_SCALE=${BENCH_SCALE:-0.1}
 MAJORS=${MAJORS:-$(grep -E '^[0-9]+$' debian/pgversions | tr '\n' ' ')}
 jobs=${MAJORS_DISPATCH_JOBS:-20000}
-host=$(pg_config --version | sed -n 's/^PostgreSQL \([0-9]*\).*/\1/p')
+. release/lib.sh
+host=$(host_major)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
