@@ -22,6 +22,7 @@
  *    sock_close takes the socket out of the set and forgets it, so that a
  *    new socket with the same number starts afresh.  sock_open starts a
  *    number afresh too.
+ *  - A parked socket is registered for input only (park_for_input).
  *  - An event on a parked socket (the server closed the idle connection,
  *    or sent something unasked) is not for libcurl, which does not watch
  *    it and would leave it pending: notif_http_socket_stray takes the
@@ -51,6 +52,7 @@ typedef struct SockState
 	bool		ours;			/* opened through sock_open */
 	bool		watched;		/* libcurl watches it */
 	uint32		events;			/* registered in the epoll set; 0: not */
+	uint64		data;			/* its event's data, while registered */
 } SockState;
 
 static int	sockets_epfd = -1;
@@ -99,6 +101,26 @@ unregister(curl_socket_t fd, SockState *st)
 	if (st->events != 0)
 		(void) epoll_ctl(sockets_epfd, EPOLL_CTL_DEL, fd, NULL);
 	st->events = 0;
+}
+
+/*
+ * A socket parks watching for input only: the server's close, or anything
+ * it sends unasked.  libcurl may let go of a socket still registered for
+ * output (libcurl 8.14 does, now and then, when a call ends): a connected
+ * socket is always writable, so that registration would report it at once,
+ * as a stray, and take it out of the set for good.
+ */
+static void
+park_for_input(curl_socket_t fd, SockState *st)
+{
+	struct epoll_event ev = {0};
+
+	ev.events = EPOLLIN;
+	ev.data.u64 = st->data;
+	if (epoll_ctl(sockets_epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
+		st->events = EPOLLIN;
+	else
+		unregister(fd, st);
 }
 
 /* CURLOPT_OPENSOCKETFUNCTION: the socket libcurl would make, remembered */
@@ -169,10 +191,14 @@ notif_http_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *
 		st = NULL;				/* not a connection's: never parked, not cached */
 	if (what == CURL_POLL_REMOVE)
 	{
-		if (st)
-			st->watched = false;	/* parked: it stays registered */
-		else
+		if (st == NULL)
 			(void) epoll_ctl(sockets_epfd, EPOLL_CTL_DEL, fd, NULL);
+		else
+		{
+			st->watched = false;	/* parked: it stays registered */
+			if (st->events & EPOLLOUT)
+				park_for_input(fd, st);
+		}
 		return 0;
 	}
 	if (what == CURL_POLL_IN || what == CURL_POLL_INOUT)
@@ -195,7 +221,10 @@ notif_http_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *
 		return 0;
 	}
 	if (st)
+	{
 		st->events = ev.events;
+		st->data = ev.data.u64;
+	}
 	return 0;
 }
 

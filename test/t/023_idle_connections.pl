@@ -71,21 +71,11 @@ cmp_ok($open, '>=', 1, "the sender keeps $open connection(s) open to the provide
 
 # the provider goes away: every idle connection is closed under the sender
 NotifTest::stop_sim($sim);
-{
-	# Known open defect (issue 30's note): with Debian 13's libcurl 8.14
-	# (PostgreSQL 17's chroot) the closed connection's socket stays in the
-	# epoll set in most runs (3 of 4 here); 7.88 (Debian 12) and 8.23
-	# (unstable) pass.  The two checks still run and report; they do not
-	# fail the suite there until it is fixed.
-	my $curl = `curl-config --version 2>/dev/null` // '';
-	local $TODO = 'libcurl 8.14: a closed idle connection may stay in the epoll set (open defect)'
-	  if $curl =~ /^libcurl 8\.14\./;
-	ok(wait_registered($pid, sub { $_[0] <= $parked - $open }),
-		'the closed connections leave the epoll set (no event of theirs is left to spin on)');
-	is($parked - registered($pid), $open,
-		"while idle, each open connection's socket stayed in the sender's epoll set ($parked registered, then "
-		  . registered($pid) . ')');
-}
+ok(wait_registered($pid, sub { $_[0] <= $parked - $open }),
+	'the closed connections leave the epoll set (no event of theirs is left to spin on)');
+is($parked - registered($pid), $open,
+	"while idle, each open connection's socket stayed in the sender's epoll set ($parked registered, then "
+	  . registered($pid) . ')');
 
 # back on the same port: the next calls find their old connections dead and
 # open new ones
