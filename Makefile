@@ -58,6 +58,7 @@ OBJS = \
 	src/token.o \
 	src/http.o \
 	src/http_pools.o \
+	src/excerpt.o \
 	src/http_sockets.o \
 	src/throttle.o \
 	src/workers.o \
@@ -65,7 +66,7 @@ OBJS = \
 
 DATA = $(wildcard notif_deliver--*.sql) $(wildcard notif_deliver_router--*.sql)
 
-REGRESS = setup lifecycle schema enqueue enqueue_paths privileges push replay stats operations shards upgrade
+REGRESS = setup lifecycle excerpt schema enqueue enqueue_paths privileges push replay stats operations shards upgrade
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 

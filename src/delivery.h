@@ -132,6 +132,11 @@ extern void notif_build_request(NotifCall *call, const NotifProviderConf *provid
 extern void notif_free_request(NotifCall *call);
 extern CURLU *notif_url_parse(const NotifProviderConf *provider);
 
+/* excerpt.c: what of a provider's text is kept (printable, masked, short) */
+#define NOTIF_EXCERPT_MAX	120		/* characters kept */
+#define NOTIF_EXCERPT_SCAN	1024	/* bytes of the text looked at */
+extern char *notif_excerpt(const char *text, size_t len);
+
 /* http.c */
 extern void notif_http_init(void);
 extern void notif_printable_into(char *dst, const char *src, size_t n);

@@ -178,7 +178,7 @@ notif_printable_into(char *dst, const char *src, size_t n)
 	}
 }
 
-/* keep the start of a response body, for last_error */
+/* keep the start of a response body, for last_error's excerpt */
 static size_t
 write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
@@ -291,7 +291,13 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 		call->error = MemoryContextStrdup(call->cxt,
 										  call->errbuf[0] ? call->errbuf : curl_easy_strerror(result));
 	else if (call->outcome != OUTCOME_ACCEPTED && call->answer == NULL)
-		call->error = MemoryContextStrdup(call->cxt, call->response);
+	{
+		MemoryContext old = MemoryContextSwitchTo(call->cxt);
+
+		/* never the answer as written: it may echo a key or a number */
+		call->error = notif_excerpt(call->response, call->response_len);
+		MemoryContextSwitchTo(old);
+	}
 
 	/* the HTTP version a provider answers a job's call over */
 	if (call->on_done == NULL && call->http_status != 0)

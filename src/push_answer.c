@@ -182,12 +182,14 @@ notif_push_read_answer(NotifCall *call)
 		read_apns(call, jb, &reason);
 
 	call->reason = reason;
+	/* for operators, the provider's words as excerpt.c keeps them */
 	if (reason && message)
-		call->error = psprintf("%s: %s", reason, message);
+		call->error = psprintf("%s: %s", notif_excerpt(reason, strlen(reason)),
+							   notif_excerpt(message, strlen(message)));
 	else if (reason)
-		call->error = reason;
+		call->error = notif_excerpt(reason, strlen(reason));
 	else if (call->answer && call->answer->len > 0)
-		call->error = notif_printable_copy(call->answer->data, call->answer->len, 200);
+		call->error = notif_excerpt(call->answer->data, call->answer->len);
 	else
 		call->error = pstrdup("");
 

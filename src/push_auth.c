@@ -338,7 +338,7 @@ fetch_done(NotifCall *call)
 								  notif_printable_copy(e->val.string.val, e->val.string.len, 100) : "",
 								  d && d->type == jbvString ? ": " : "",
 								  d && d->type == jbvString ?
-								  notif_printable_copy(d->val.string.val, d->val.string.len, 200) : ""));
+								  notif_excerpt(d->val.string.val, d->val.string.len) : ""));
 	}
 	if (call->answer)
 		explicit_bzero(call->answer->data, call->answer->len);

@@ -13,7 +13,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(new_node configure_node start_sim sim_get ledger ledger_key stats wait_until headers_of
-  job_row set_provider last_request doc_sql wait_config_read);
+  job_row set_provider last_request doc_sql wait_config_read table_rows);
 
 # simulators started by this test, stopped when it ends
 my @sims;
@@ -201,6 +201,22 @@ sub set_provider
 		  . "UPDATE notif_provider SET url = '$url'"
 		  . join('', map { ", $_" } @sets)
 		  . " WHERE name = '$name'");
+}
+
+# Every row of each table of the extension that holds data, as text, in
+# one order, per table: what a dump and a restore, or pg_upgrade, must keep
+# (notif_active, rebuilt from notif_job, is compared with it instead).
+sub table_rows
+{
+	my ($node, $db) = @_;
+	my %s;
+	for my $t (qw(notif_provider notif_type notif_lane notif_job notif_attempt notif_dlr notif_shard
+		notif_unregistered_token))
+	{
+		$s{$t} = $node->safe_psql($db // 'postgres',
+			"SELECT count(*) || E'\\n' || coalesce(string_agg(t::text, E'\\n' ORDER BY t::text), '') FROM $t t");
+	}
+	return %s;
 }
 
 # The SQL block of a documentation file that the line before its ```sql

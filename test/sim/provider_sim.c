@@ -663,6 +663,9 @@ typedef struct Request
 	int			retry_after;	/* -1: not given */
 	int			fail_first;		/* -1: not given */
 	int			deliver;		/* -1: not given */
+	int			echo;			/* X-Sim-Echo: 1: an error answer echoes the request */
+	size_t		auth_off;		/* its Authorization header's value */
+	size_t		auth_len;
 	ChunkState	chunk_state;
 	size_t		chunk_pos;		/* next raw chunked byte to decode */
 	uint64_t	chunk_left;
@@ -1062,6 +1065,8 @@ request_init(Request *r)
 	r->retry_after = -1;
 	r->fail_first = -1;
 	r->deliver = -1;
+	r->echo = 0;
+	r->auth_len = 0;
 }
 
 static bool
@@ -1218,7 +1223,12 @@ apply_header(Request *r, const char *base, const char *name, size_t nlen,
 	}
 	if (token_eq(name, nlen, "transfer-encoding"))
 		return parse_transfer_encoding(r, val, vlen);
-	if (token_eq(name, nlen, "connection"))
+	if (token_eq(name, nlen, "authorization"))
+	{
+		r->auth_off = val - base;
+		r->auth_len = vlen;
+	}
+	else if (token_eq(name, nlen, "connection"))
 		parse_connection(r, val, vlen);
 	else if (token_eq(name, nlen, "expect"))
 		r->expect_continue = token_eq(val, vlen, "100-continue");
@@ -1234,6 +1244,8 @@ apply_header(Request *r, const char *base, const char *name, size_t nlen,
 			return parse_int_field(val, vlen, 1000000000, &r->fail_first);
 		if (token_eq(name, nlen, "x-sim-deliver"))
 			return parse_int_field(val, vlen, 1, &r->deliver);
+		if (token_eq(name, nlen, "x-sim-echo"))
+			return parse_int_field(val, vlen, 1, &r->echo);
 	}
 	return true;
 }
@@ -2215,9 +2227,22 @@ redirect_location(Conn *c, char *loc, size_t size)
 	snprintf(loc, size, "http://%s:%d/redirected", addr, port);
 }
 
+/* bytes into a JSON string's contents */
+static void
+buf_json_escaped(Buf *b, const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+	{
+		if (s[i] == '"' || s[i] == '\\')
+			buf_append(b, "\\", 1);
+		buf_append(b, s + i, 1);
+	}
+}
+
 /* the answer of the simulated provider: JSON, or an empty redirect */
 static void
-build_sim_answer(Conn *c, const Outcome *o, const char *key, size_t keylen)
+build_sim_answer(Conn *c, const Outcome *o, const char *key, size_t keylen,
+				 const char *req_body, size_t req_body_len)
 {
 	Buf		   *body = &c->worker->scratch;
 
@@ -2231,16 +2256,24 @@ build_sim_answer(Conn *c, const Outcome *o, const char *key, size_t keylen)
 		return;
 	}
 	body->len = 0;
+	if (o->status != 200 && c->req.echo == 1)
+	{
+		/* what a careless API does: echo the credential and the request */
+		buf_printf(body, "{\"status\":\"error\",\"code\":%d,\"authorization\":\"", o->status);
+		buf_json_escaped(body, c->in.data + c->req.auth_off, c->req.auth_len);
+		buf_puts(body, "\",\"request\":\"");
+		buf_json_escaped(body, req_body, req_body_len);
+		buf_puts(body, "\"}");
+		append_response(&c->pending, &c->req, o->status, "application/json",
+						body->data, body->len, o->retry_after, NULL);
+		buf_clear(body);
+		return;
+	}
 	if (o->status == 200)
 		buf_puts(body, "{\"status\":\"accepted\",\"key\":\"");
 	else
 		buf_printf(body, "{\"status\":\"error\",\"code\":%d,\"key\":\"", o->status);
-	for (size_t i = 0; i < keylen; i++)
-	{
-		if (key[i] == '"' || key[i] == '\\')
-			buf_append(body, "\\", 1);
-		buf_append(body, key + i, 1);
-	}
+	buf_json_escaped(body, key, keylen);
 	buf_puts(body, "\"}");
 	append_response(&c->pending, &c->req, o->status, "application/json",
 					body->data, body->len, o->retry_after, NULL);
@@ -2289,7 +2322,7 @@ simulate(Conn *c, const char *body, size_t body_len)
 	sim_unlock();
 
 	if (o.action == ACT_RESPOND)
-		build_sim_answer(c, &o, key->data, key->len);
+		build_sim_answer(c, &o, key->data, key->len, body, body_len);
 	buf_clear(key);
 	c->pending_action = o.action;
 	c->close_when_answered = !r->keep_alive;
@@ -2654,7 +2687,8 @@ usage(FILE *f)
 			"Request headers: X-Sim-Fault: ok|timeout|timeout_delivered|reset|\n"
 			"reset_delivered|301|302|307|400|408|429|500|502|503|504,\n"
 			"X-Sim-Deliver: 0|1, X-Sim-Latency-Ms: N, X-Sim-Retry-After: S,\n"
-			"X-Sim-Fail-First: N.  301|302|307 answer Location:\n"
+			"X-Sim-Fail-First: N, X-Sim-Echo: 1 (an error answer echoes the\n"
+			"Authorization header and the request body).  301|302|307 answer Location:\n"
 			"http://127.0.0.1:PORT/redirected (address and port of the connection),\n"
 			"empty body, not delivered; /redirected is counted like any path and\n"
 			"ignores redirect faults.\n"

@@ -1,0 +1,145 @@
+/*
+ * notif_deliver 1.2 -> 1.3
+ *
+ * Plain SQL, run by ALTER EXTENSION notif_deliver UPDATE (and by a fresh
+ * CREATE EXTENSION, after the 1.0 script and the updates to 1.2: there is
+ * one path to 1.3).  Delivery pauses while the 1.3 library waits for this
+ * update, and resumes when it commits.
+ *
+ * Each part below says what it adds; docs: doc/reference.md, "Upgrading".
+ */
+
+-- complain if script is sourced in psql, rather than via ALTER EXTENSION
+\echo Use "ALTER EXTENSION notif_deliver UPDATE TO '1.3'" to load this file. \quit
+
+/* ---------------------------------------------------------------------
+ * Backups: what pg_dump keeps, and what a restore puts back
+ *
+ * pg_dump writes the rows of the tables marked below with
+ * pg_extension_config_dump, and a restore runs CREATE EXTENSION before it
+ * loads them.  Docs: doc/guide.md, "Backups".
+ * --------------------------------------------------------------------- */
+
+/*
+ * The identity sequences of notif_job and notif_dlr: their positions are
+ * dumped with the rows (before 1.3 they started again at 1 after a
+ * restore, and the first enqueue failed on notif_job_pkey).
+ */
+SELECT pg_catalog.pg_extension_config_dump('notif_job_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('notif_dlr_id_seq', '');
+
+/*
+ * Every provider row is dumped, the 'default' one included (before 1.3 it
+ * was left out, and a restore lost its settings: its url NULL, every type
+ * on it waiting for ever).  CREATE EXTENSION makes the 'default' row, so a
+ * restore loads a second one: notif_provider_restore_default lets that
+ * insert replace the row while it is still exactly as CREATE EXTENSION
+ * made it (every column at its default); a 'default' row that someone has
+ * configured is never replaced, and an insert of another then fails on the
+ * primary key as before.
+ */
+SELECT pg_catalog.pg_extension_config_dump('notif_provider', '');
+
+CREATE FUNCTION notif_provider_restore_default()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    existing jsonb;
+    as_made jsonb;
+BEGIN
+    IF NEW.name IS DISTINCT FROM 'default' THEN
+        RETURN NEW;
+    END IF;
+    SELECT to_jsonb(p) OPERATOR(pg_catalog.-) 'name' INTO existing
+      FROM @extschema@.notif_provider p WHERE p.name OPERATOR(pg_catalog.=) 'default' FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NEW;
+    END IF;
+    -- the row as CREATE EXTENSION makes it: each column at its default
+    EXECUTE (SELECT 'SELECT to_jsonb(r) FROM (SELECT '
+                    || string_agg(format('(%s)::%s AS %I',
+                                         coalesce(pg_get_expr(d.adbin, d.adrelid), 'NULL'),
+                                         format_type(a.atttypid, a.atttypmod), a.attname),
+                                  ', ' ORDER BY a.attnum)
+                    || ') r'
+               FROM pg_attribute a
+               LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+              WHERE a.attrelid = TG_RELID AND a.attnum > 0 AND NOT a.attisdropped
+                AND a.attname <> 'name')
+       INTO as_made;
+    IF existing IS DISTINCT FROM as_made THEN
+        RETURN NEW;             -- configured: the insert fails on the key
+    END IF;
+    -- replaced in place (a type may already name it): the new row's values
+    EXECUTE (SELECT format('UPDATE %s SET (%s) = ROW(%s) WHERE name = ''default''',
+                           TG_RELID::regclass,
+                           string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum),
+                           string_agg('($1).' || quote_ident(a.attname), ', ' ORDER BY a.attnum))
+               FROM pg_attribute a
+              WHERE a.attrelid = TG_RELID AND a.attnum > 0 AND NOT a.attisdropped
+                AND a.attname <> 'name')
+      USING NEW;
+    RETURN NULL;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION notif_provider_restore_default() FROM PUBLIC;
+
+COMMENT ON FUNCTION notif_provider_restore_default() IS 'trigger: an inserted ''default'' provider replaces the one CREATE EXTENSION made, while it is untouched (a restore)';
+
+CREATE TRIGGER notif_provider_restore_default
+    BEFORE INSERT ON notif_provider
+    FOR EACH ROW EXECUTE FUNCTION notif_provider_restore_default();
+
+/*
+ * A shard's job ids step by its shard count (notif_shard_setup); the step
+ * is the sequence's definition, which pg_dump does not keep (it is the
+ * extension's).  When notif_shard gets its row, as a restore loads it,
+ * notif_job's id takes the shard's step again; the sequence's position
+ * comes with the dump, in the shard's class.
+ */
+CREATE FUNCTION notif_shard_restore_step()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    step bigint;
+BEGIN
+    SELECT s.seqincrement INTO step FROM pg_sequence s
+     WHERE s.seqrelid OPERATOR(pg_catalog.=)
+           pg_get_serial_sequence('@extschema@.notif_job', 'id')::regclass;
+    IF step IS DISTINCT FROM NEW.shards THEN
+        EXECUTE format('ALTER TABLE @extschema@.notif_job ALTER COLUMN id SET INCREMENT BY %s', NEW.shards);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION notif_shard_restore_step() FROM PUBLIC;
+
+COMMENT ON FUNCTION notif_shard_restore_step() IS 'trigger: notif_job''s ids step by the shard count of the notif_shard row loaded (a restore)';
+
+CREATE TRIGGER notif_shard_restore_step
+    AFTER INSERT ON notif_shard
+    FOR EACH ROW EXECUTE FUNCTION notif_shard_restore_step();
+
+/* ---------------------------------------------------------------------
+ * What of a provider's answer is kept
+ * --------------------------------------------------------------------- */
+
+/*
+ * notif_excerpt(text): what the sender keeps of a provider's text in
+ * notif_job.last_error and notif_calls: printable ASCII, credentials,
+ * phone numbers and e-mail addresses masked, at most 120 characters (the
+ * rules: doc/reference.md, "What is kept of an answer").  The sender
+ * calls the same C function; this is for tests and for operators.
+ */
+CREATE FUNCTION notif_excerpt(answer text)
+RETURNS text
+LANGUAGE C STRICT IMMUTABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'notif_excerpt_sql';
+
+COMMENT ON FUNCTION notif_excerpt(text) IS 'what the sender keeps of a provider''s answer: printable, credentials, numbers and addresses masked, at most 120 characters';
