@@ -66,7 +66,7 @@ OBJS = \
 
 DATA = $(wildcard notif_deliver--*.sql) $(wildcard notif_deliver_router--*.sql)
 
-REGRESS = setup lifecycle excerpt schema enqueue enqueue_paths privileges push replay stats operations shards upgrade
+REGRESS = setup lifecycle excerpt transport schema enqueue enqueue_paths privileges push replay stats operations shards upgrade
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 

@@ -143,3 +143,112 @@ LANGUAGE C STRICT IMMUTABLE PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'notif_excerpt_sql';
 
 COMMENT ON FUNCTION notif_excerpt(text) IS 'what the sender keeps of a provider''s answer: printable, credentials, numbers and addresses masked, at most 120 characters';
+
+/* ---------------------------------------------------------------------
+ * Credentials travel over TLS only
+ * --------------------------------------------------------------------- */
+
+/*
+ * notif_url_protected(url): whether a call to url is out of an
+ * eavesdropper's reach: https://, or plain http:// to a loopback address
+ * (127.0.0.0/8, [::1], localhost: tests, and a gateway on the same machine).
+ */
+CREATE FUNCTION notif_url_protected(url text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT url ~* '^https://'
+        OR lower(substring(url FROM '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^/?#@]*@)?(\[[^]/?#]*\]|[^/?#:]*)'))
+           ~ '^(localhost|127(\.[0-9]{1,3}){3}|\[::1\])$'
+$$;
+
+COMMENT ON FUNCTION notif_url_protected(text) IS 'whether a URL is https:// or goes to a loopback address';
+
+/*
+ * notif_transport_check(url, headers, auth, credentials): the CHECK of
+ * notif_provider that keeps credentials off plain HTTP.  A provider whose
+ * calls carry one (a token the sender signs, auth; a header named
+ * Authorization, Proxy-Authorization or Cookie, or ending in key, token,
+ * secret, password or signature; a query parameter of its url so named,
+ * as Kannel's password) must have a protected url (notif_url_protected),
+ * and a Google service account's token_uri too (the signed JWT and the
+ * access token it buys cross it).  Refused with 23514 and a message that
+ * names what would travel in clear, never its value.
+ */
+CREATE FUNCTION notif_transport_check(url text, headers jsonb, auth text, credentials jsonb)
+RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    carried text;
+    secret_name constant text := '(authorization|cookie|key|token|secret|password|passwd|pwd|signature|sig)$';
+BEGIN
+    IF auth IS NOT NULL THEN
+        carried := format('a token it signs (auth %s)', auth);
+    END IF;
+    IF carried IS NULL AND jsonb_typeof(headers) = 'object' THEN
+        SELECT format('its header %s', k) INTO carried
+          FROM jsonb_object_keys(headers) k
+         WHERE lower(k) ~ secret_name OR lower(k) = 'proxy-authorization'
+         ORDER BY k LIMIT 1;
+    END IF;
+    IF carried IS NULL THEN
+        SELECT format('its url''s query parameter %s', m[1]) INTO carried
+          FROM regexp_matches(url, '[?&]([^=&#]+)=', 'g') m
+         WHERE lower(m[1]) ~ secret_name
+         LIMIT 1;
+    END IF;
+    -- (a url that is not http(s) at all is notif_provider_url_check's to refuse)
+    IF carried IS NOT NULL AND url ~* '^http://' AND NOT @extschema@.notif_url_protected(url) THEN
+        RAISE EXCEPTION 'notif_provider: a provider whose calls carry a credential needs an https:// url'
+            USING ERRCODE = 'check_violation',
+                  DETAIL = format('Each call carries %s, and its url is plain http:// to a host that is not a loopback address.', carried),
+                  HINT = 'Use https://. Plain http:// is allowed to 127.0.0.1, [::1] or localhost only (a gateway on the same machine).',
+                  CONSTRAINT = 'notif_provider_transport_check';
+    END IF;
+    IF auth = 'google_service_account' AND jsonb_typeof(credentials) = 'object'
+       AND jsonb_typeof(credentials -> 'token_uri') = 'string'
+       AND NOT @extschema@.notif_url_protected(credentials ->> 'token_uri') THEN
+        RAISE EXCEPTION 'notif_provider: the service account''s token_uri must be https://'
+            USING ERRCODE = 'check_violation',
+                  DETAIL = 'The sender posts a signed JWT there and gets an access token back: both would cross the network in clear.',
+                  HINT = 'Use the token_uri of the key file Google issued (https://oauth2.googleapis.com/token). Plain http:// is allowed to a loopback address only.',
+                  CONSTRAINT = 'notif_provider_transport_check';
+    END IF;
+    RETURN true;
+END;
+$$;
+
+COMMENT ON FUNCTION notif_transport_check(text, jsonb, text, jsonb) IS 'CHECK of notif_provider: credentials never travel over plain http (but to a loopback address)';
+
+/*
+ * Rows written before 1.3 are not checked (NOT VALID): a provider that
+ * sends credentials over plain http keeps working, and this update warns
+ * about it once; the row is refused at its next change until its url is
+ * https://.
+ */
+DO $$
+DECLARE
+    p record;
+    msg text;
+    detail text;
+BEGIN
+    FOR p IN SELECT name, url, headers, auth, credentials FROM notif_provider ORDER BY name
+    LOOP
+        BEGIN
+            PERFORM notif_transport_check(p.url, p.headers, p.auth, p.credentials);
+        EXCEPTION WHEN check_violation THEN
+            GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, detail = PG_EXCEPTION_DETAIL;
+            RAISE WARNING 'provider "%": %', p.name, msg
+                USING DETAIL = detail,
+                      HINT = 'It keeps working; from 1.3 the row is refused at its next change until its url is https://.';
+        END;
+    END LOOP;
+END;
+$$;
+
+ALTER TABLE notif_provider
+    ADD CONSTRAINT notif_provider_transport_check
+    CHECK (notif_transport_check(url, headers, auth, credentials)) NOT VALID;

@@ -36,10 +36,18 @@ SELECT count(*) FILTER (WHERE status = 'queued' AND earlier_tries = 3) AS redriv
 SELECT notif_dlr('otp:1:o1', true) IS NOT NULL AS report_matched;
 SELECT kind, jobs, failed, queued_now, ambiguous_attempts FROM notif_stats;
 
--- and on to the current version, with the same jobs
+-- and on to the current version, with the same jobs, and a provider that
+-- sends a credential over plain http (allowed before 1.3)
 CREATE TEMP TABLE before_second_update AS SELECT * FROM notif_job;
+UPDATE notif_provider SET url = 'http://sms.example.com/send',
+       headers = '{"Authorization": "Bearer s3cr3t"}' WHERE name = 'default';
 ALTER EXTENSION notif_deliver UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'notif_deliver';
+-- (1.3: that provider was named in a warning; it keeps working, and its
+-- next change must give it an https:// url)
+SELECT url FROM notif_provider WHERE name = 'default';
+UPDATE notif_provider SET timeout = '3 seconds' WHERE name = 'default';
+UPDATE notif_provider SET url = 'https://sms.example.com/send' WHERE name = 'default';
 -- (1.2 adds last_started_at and last_ended_at at the end, NULL: no call recorded since)
 SELECT count(*) AS jobs,
        count(*) FILTER (WHERE (j.*)::text = rtrim((b.*)::text, ')') || ',,)') AS unchanged
