@@ -168,10 +168,11 @@ COMMENT ON FUNCTION notif_url_protected(text) IS 'whether a URL is https:// or g
 /*
  * notif_transport_check(url, headers, auth, credentials): the CHECK of
  * notif_provider that keeps credentials off plain HTTP.  A provider whose
- * calls carry one (a token the sender signs, auth; a header named
- * Authorization, Proxy-Authorization or Cookie, or ending in key, token,
- * secret, password or signature; a query parameter of its url so named,
- * as Kannel's password) must have a protected url (notif_url_protected),
+ * calls carry one (a token the sender signs, auth; a user and password in
+ * its url; a header named Proxy-Authorization or ending as a secret's name
+ * does, as src/excerpt.c reads one: Authorization, X-Api-Key, Cookie,
+ * X-Auth-Token...; a query parameter of its url so named, as Kannel's
+ * password) must have a protected url (notif_url_protected),
  * and a Google service account's token_uri too (the signed JWT and the
  * access token it buys cross it).  Refused with 23514 and a message that
  * names what would travel in clear, never its value.
@@ -183,10 +184,14 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     carried text;
-    secret_name constant text := '(authorization|cookie|key|token|secret|password|passwd|pwd|signature|sig)$';
+    -- the names src/excerpt.c masks the values of
+    secret_name constant text := '(key|token|secret|password|passwd|pwd|pass|auth|authorization|authentication'
+                                 '|signature|sig|credentials?|cookie|session|sessionid|session_id)$';
 BEGIN
     IF auth IS NOT NULL THEN
         carried := format('a token it signs (auth %s)', auth);
+    ELSIF url ~ '^[A-Za-z][A-Za-z0-9+.-]*://[^/?#@]*@' THEN
+        carried := 'the user and password in its url (HTTP Basic)';
     END IF;
     IF carried IS NULL AND jsonb_typeof(headers) = 'object' THEN
         SELECT format('its header %s', k) INTO carried

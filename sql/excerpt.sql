@@ -34,7 +34,8 @@ SELECT notif_excerpt(a) FROM (VALUES
 SELECT notif_excerpt(a) FROM (VALUES
     ('see https://fcm.googleapis.com/v1/projects/p1/messages:send'),
     ('GET /cgi-bin/sendsms?username=tester&password=foobar&to=+84900000001'),
-    ('https://api.example.com/2010-04-01/Accounts/AC0123456789abcdef0123456789abcdef/Messages.json')
+    ('https://api.example.com/2010-04-01/Accounts/AC0123456789abcdef0123456789abcdef/Messages.json'),
+    ('POST http://admin:hunter2@gw.example.com/send failed')
 ) t(a);
 
 -- bytes outside printable ASCII become '?'; long answers are cut

@@ -5,6 +5,8 @@
 -- to a loopback address only.  Refused rows: 23514, naming what would
 -- travel in clear, never its value.
 
+\set SHOW_CONTEXT never
+
 -- which urls are protected
 SELECT u, notif_url_protected(u) AS protected FROM (VALUES
     ('https://sms.example.com/send'),
@@ -28,8 +30,15 @@ VALUES ('clear', 'http://sms.example.com/send', '{"X-Api-Key": "s3cr3t-never-sho
 INSERT INTO notif_provider (name, url, format)
 VALUES ('clear', 'http://gw.example.com/cgi-bin/sendsms?username=u&password=s3cr3t-never-shown', 'query');
 
-SELECT try($$INSERT INTO notif_provider (name, url, headers)
-             VALUES ('clear', 'http://10.1.2.3/send', '{"Cookie": "session=s3cr3t-never-shown"}')$$) AS sqlstate;
+SELECT a AS would_carry, try(format($$INSERT INTO notif_provider (name, url, headers, auth, credentials)
+                                      VALUES ('clear', %L, %L, %L, %L)$$, u, h, au, cr)) AS refused
+  FROM (VALUES
+    ('a cookie', 'http://10.1.2.3/send', '{"Cookie": "session=s3cr3t-never-shown"}', NULL, NULL),
+    ('a proxy credential', 'http://10.1.2.3/send', '{"Proxy-Authorization": "Basic czM="}', NULL, NULL),
+    ('a token header', 'http://10.1.2.3/send', '{"X-Auth-Token": "s3cr3t-never-shown"}', NULL, NULL),
+    ('a secret header', 'http://10.1.2.3/send', '{"X-Client-Secret": "s3cr3t-never-shown"}', NULL, NULL),
+    ('user and password', 'http://u:s3cr3t-never-shown@10.1.2.3/send', '{}', NULL, NULL)
+  ) t(a, u, h, au, cr);
 
 -- the same over https, or to a loopback address, or without a credential: accepted
 SELECT try($$INSERT INTO notif_provider (name, url, headers)

@@ -46,7 +46,9 @@ SELECT extversion FROM pg_extension WHERE extname = 'notif_deliver';
 -- (1.3: that provider was named in a warning; it keeps working, and its
 -- next change must give it an https:// url)
 SELECT url FROM notif_provider WHERE name = 'default';
+\set SHOW_CONTEXT never
 UPDATE notif_provider SET timeout = '3 seconds' WHERE name = 'default';
+\set SHOW_CONTEXT errors
 UPDATE notif_provider SET url = 'https://sms.example.com/send' WHERE name = 'default';
 -- (1.2 adds last_started_at and last_ended_at at the end, NULL: no call recorded since)
 SELECT count(*) AS jobs,

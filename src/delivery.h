@@ -113,6 +113,7 @@ struct NotifCall
 	char	   *error;
 	char		response[256];	/* start of a non-2xx response body */
 	size_t		response_len;
+	bool		response_cut;	/* more came than response holds */
 	StringInfo	answer;			/* the whole body (up to 16 kB), when wanted */
 	long		http_version;	/* CURL_HTTP_VERSION_* the answer came over */
 	/* what push_answer.c read in an FCM or APNs answer */
@@ -135,7 +136,7 @@ extern CURLU *notif_url_parse(const NotifProviderConf *provider);
 /* excerpt.c: what of a provider's text is kept (printable, masked, short) */
 #define NOTIF_EXCERPT_MAX	120		/* characters kept */
 #define NOTIF_EXCERPT_SCAN	1024	/* bytes of the text looked at */
-extern char *notif_excerpt(const char *text, size_t len);
+extern char *notif_excerpt(const char *text, size_t len, bool cut);
 
 /* http.c */
 extern void notif_http_init(void);

@@ -16,22 +16,23 @@
  *      the word after an HTTP auth scheme (Bearer, Basic, Digest);
  *      the value after the name of a secret and ':' or '=' (quoted or
  *        not): a name ending in key, token, secret, password, passwd,
- *        pwd, auth, authorization, signature, sig, credential(s), cookie,
- *        session or session_id, in any case (api_key, X-Api-Key,
- *        access_token, Authorization, client_secret);
+ *        pwd, pass, auth, authorization, authentication, signature, sig,
+ *        credential(s), cookie, session or session_id, in any case
+ *        (api_key, X-Api-Key, access_token, Authorization, client_secret);
  *      a phone number: 7 or more digits, with an optional leading '+' and
  *        single spaces, hyphens or parentheses between them (a date
  *        written YYYY-MM-DD is not one);
  *      a token: 20 or more characters of [A-Za-z0-9+/=_.-] with a letter
  *        and a digit among them (API keys, JWTs, hex digests);
- *  - a URL's host and path stay as they are, but for a path segment that
- *    is a token; its query is read as any other text (so api_key=... and
- *    to=+84... in it are masked);
+ *  - a URL's user:password@ is masked; its host and path stay as they
+ *    are, but for a path segment that is a token; its query is read as any
+ *    other text (so api_key=... and to=+84... in it are masked);
  *  - then cut to NOTIF_EXCERPT_MAX characters, never inside a word (what
  *    was cut is replaced by "...").
  *
  * The whole answer is never stored: the sender keeps at most its first
- * 255 bytes (http.c), masks them, and keeps the excerpt.  notif_excerpt()
+ * 255 bytes (http.c), masks them, and keeps the excerpt; a word that the
+ * 255 bytes cut is dropped first (a token's tail is not a token).  notif_excerpt()
  * exposes the same function to SQL, for tests and for operators who want
  * to see what would be kept.
  *
@@ -49,9 +50,9 @@
 
 /* how the name of a secret ends */
 static const char *const secret_words[] = {
-	"key", "token", "secret", "password", "passwd", "pwd", "auth",
-	"authorization", "signature", "sig", "credential", "credentials",
-	"cookie", "session", "sessionid", "session_id"
+	"key", "token", "secret", "password", "passwd", "pwd", "pass", "auth",
+	"authorization", "authentication", "signature", "sig", "credential",
+	"credentials", "cookie", "session", "sessionid", "session_id"
 };
 
 static const char *const auth_schemes[] = {"bearer", "basic", "digest"};
@@ -225,15 +226,24 @@ url_rest(const char *s, int n, int i, StringInfo out)
 {
 	const char *stop = "?# \"'<>,;)]}";
 	int			j = i + 3;
+	int			end;
 
 	appendStringInfoString(out, "://");
+	/* user:password@ is a credential: masked; the host stays */
+	for (end = j; end < n && s[end] != '/' && s[end] != '@' && !strchr(stop, s[end]); end++)
+		;
+	if (end < n && s[end] == '@')
+	{
+		appendStringInfoString(out, MASK "@");
+		j = end + 1;
+	}
 	while (j < n && s[j] != '/' && !strchr(stop, s[j]))
 		appendStringInfoChar(out, s[j++]);
 	while (j < n && s[j] == '/')
 	{
 		int			seg = j + 1;
-		int			end = seg;
 
+		end = seg;
 		appendStringInfoChar(out, '/');
 		while (end < n && s[end] != '/' && !strchr(stop, s[end]))
 			end++;
@@ -252,7 +262,7 @@ url_rest(const char *s, int n, int i, StringInfo out)
  * (and "..." when cut).
  */
 char *
-notif_excerpt(const char *text, size_t len)
+notif_excerpt(const char *text, size_t len, bool cut)
 {
 	int			n = (int) Min(len, NOTIF_EXCERPT_SCAN);
 	char	   *s = palloc(n + 1);
@@ -260,6 +270,16 @@ notif_excerpt(const char *text, size_t len)
 	int			i = 0;
 
 	notif_printable_into(s, text, n);
+	/*
+	 * A text cut short (here, or before: "cut") may end inside a secret
+	 * too short now for its rule: its last word goes.
+	 */
+	if (cut || len > (size_t) n)
+	{
+		cut = true;
+		while (n > 0 && is_token_char(s[n - 1]))
+			n--;
+	}
 	s[n] = '\0';
 	initStringInfo(&out);
 	while (i < n)
@@ -314,7 +334,7 @@ notif_excerpt(const char *text, size_t len)
 	}
 	pfree(s);
 
-	if (out.len > NOTIF_EXCERPT_MAX || len > (size_t) n)
+	if (out.len > NOTIF_EXCERPT_MAX || cut)
 	{
 		int			cut = Min(out.len, NOTIF_EXCERPT_MAX);
 
@@ -337,5 +357,5 @@ notif_excerpt_sql(PG_FUNCTION_ARGS)
 {
 	text	   *t = PG_GETARG_TEXT_PP(0);
 
-	PG_RETURN_TEXT_P(cstring_to_text(notif_excerpt(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t))));
+	PG_RETURN_TEXT_P(cstring_to_text(notif_excerpt(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), false)));
 }

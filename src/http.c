@@ -197,6 +197,7 @@ write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 
 	notif_printable_into(call->response + call->response_len, ptr, kept);
 	call->response_len += kept;
+	call->response_cut |= kept < n;
 	call->response[call->response_len] = '\0';
 	return n;
 }
@@ -295,7 +296,7 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 		MemoryContext old = MemoryContextSwitchTo(call->cxt);
 
 		/* never the answer as written: it may echo a key or a number */
-		call->error = notif_excerpt(call->response, call->response_len);
+		call->error = notif_excerpt(call->response, call->response_len, call->response_cut);
 		MemoryContextSwitchTo(old);
 	}
 

@@ -184,12 +184,12 @@ notif_push_read_answer(NotifCall *call)
 	call->reason = reason;
 	/* for operators, the provider's words as excerpt.c keeps them */
 	if (reason && message)
-		call->error = psprintf("%s: %s", notif_excerpt(reason, strlen(reason)),
-							   notif_excerpt(message, strlen(message)));
+		call->error = psprintf("%s: %s", notif_excerpt(reason, strlen(reason), false),
+							   notif_excerpt(message, strlen(message), false));
 	else if (reason)
-		call->error = notif_excerpt(reason, strlen(reason));
+		call->error = notif_excerpt(reason, strlen(reason), false);
 	else if (call->answer && call->answer->len > 0)
-		call->error = notif_excerpt(call->answer->data, call->answer->len);
+		call->error = notif_excerpt(call->answer->data, call->answer->len, false);
 	else
 		call->error = pstrdup("");
 

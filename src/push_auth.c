@@ -335,10 +335,10 @@ fetch_done(NotifCall *call)
 								  call->http_status,
 								  e && e->type == jbvString ? ": " : "",
 								  e && e->type == jbvString ?
-								  notif_printable_copy(e->val.string.val, e->val.string.len, 100) : "",
+								  notif_excerpt(e->val.string.val, e->val.string.len, false) : "",
 								  d && d->type == jbvString ? ": " : "",
 								  d && d->type == jbvString ?
-								  notif_excerpt(d->val.string.val, d->val.string.len) : ""));
+								  notif_excerpt(d->val.string.val, d->val.string.len, false) : ""));
 	}
 	if (call->answer)
 		explicit_bzero(call->answer->data, call->answer->len);
