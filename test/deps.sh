@@ -29,6 +29,10 @@ packages=(make gcc libc6-dev postgresql-$v postgresql-server-dev-$v postgresql-c
 	libcurl4-openssl-dev libssl-dev libipc-run-perl openssl bc procps curl
 	nghttp2-proxy libcryptx-perl postgresql-$v-plproxy iproute2)
 [ "${1:-}" = --bench ] && packages+=(gnuplot-nox postgresql-$v-pgq3 pgqd)
+# the npm peers need Node 20 or newer: Debian 13 and unstable ship it (the
+# chroots of 17 and 18); on Debian 12 (Node 18) bring your own, as this
+# machine has (a node already on the PATH is used as it is)
+[ "${1:-}" = --bench ] && ! command -v node >/dev/null && [ "$v" != 15 ] && packages+=(nodejs npm)
 [ "${1:-}" = --ha ] && packages+=(patroni python3-etcd etcd-server)
 optional=(kannel kannel-extras)
 
