@@ -46,8 +46,20 @@ cluster_psql() {
 	"$PG_BINDIR/psql" -X -v ON_ERROR_STOP=1 -q "$@"
 }
 
+# cluster_stop: the current cluster stopped (immediate), however far it
+# got.  pg_ctl start puts the postmaster in a session of its own, so an
+# interrupt that ends pg_ctl while the server starts leaves the server
+# starting: wait for its pid file (up to 10 s), stop it, and kill what is
+# left of a postmaster of this data folder that never wrote one.
 cluster_stop() {
-	[ -n "${CLUSTER_DIR:-}" ] && [ -d "$CLUSTER_DIR/data" ] &&
-		cluster_as "$PG_BINDIR/pg_ctl" -D "$CLUSTER_DIR/data" -m immediate stop >/dev/null 2>&1
+	local data i
+	[ -n "${CLUSTER_DIR:-}" ] && [ -d "$CLUSTER_DIR/data" ] || return 0
+	data=$CLUSTER_DIR/data
+	for ((i = 0; i < 100; i++)); do
+		{ [ -f "$data/postmaster.pid" ] || ! pgrep -f -- "bin/postgres -D $data" >/dev/null; } && break
+		sleep 0.1
+	done
+	cluster_as "$PG_BINDIR/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1
+	pkill -KILL -f -- "bin/postgres -D $data" 2>/dev/null
 	return 0
 }
