@@ -15,6 +15,22 @@ SELECT p.oid::regprocedure AS function, p.prosecdef AS security_definer,
  WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'notif\_%'
  ORDER BY 1::text;
 
+-- a SECURITY DEFINER function in SQL or PL/pgSQL pins its search_path to
+-- pg_catalog, pg_temp (and names the extension's objects with their
+-- schema); notif_enqueue (C) names them itself (see enqueue.sql's decoy)
+SELECT p.oid::regprocedure AS security_definer_function, l.lanname AS language, p.proconfig
+  FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+ WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'notif\_%' AND p.prosecdef
+ ORDER BY 1::text;
+
+-- what pg_monitor may run: the views' helpers and the status functions
+SELECT p.oid::regprocedure AS pg_monitor_can_execute
+  FROM pg_proc p
+ WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'notif\_%'
+   AND has_function_privilege('pg_monitor', p.oid, 'EXECUTE')
+   AND NOT has_function_privilege('notif_nobody', p.oid, 'EXECUTE')
+ ORDER BY 1::text;
+
 SET ROLE notif_nobody;
 SELECT notif_enqueue(5000, 'otp', 'nobody');
 RESET ROLE;
