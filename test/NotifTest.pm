@@ -13,7 +13,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(new_node configure_node start_sim sim_get ledger ledger_key stats wait_until headers_of
-  job_row set_provider last_request doc_sql wait_config_read table_rows);
+  job_row set_provider last_request doc_sql wait_config_read table_rows wait_until_ledger);
 
 # simulators started by this test, stopped when it ends
 my @sims;
@@ -201,6 +201,18 @@ sub set_provider
 		  . "UPDATE notif_provider SET url = '$url'"
 		  . join('', map { ", $_" } @sets)
 		  . " WHERE name = '$name'");
+}
+
+# Poll the simulator's ledger until $cond->(ledger) is true (up to 60 s).
+sub wait_until_ledger
+{
+	my ($sim, $cond) = @_;
+	for (1 .. 600)
+	{
+		return 1 if $cond->(ledger($sim));
+		usleep(100_000);
+	}
+	return 0;
 }
 
 # Every row of each table of the extension that holds data, as text, in

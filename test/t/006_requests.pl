@@ -8,6 +8,7 @@ use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IO::Socket::INET;
 use MIME::Base64 ();
 
 my $node = new_node('requests');
@@ -111,19 +112,32 @@ is(last_request($sim, 'moved:5:o-1')->{target}, '/send', 'and the Location was n
 
 # --- TLS certificates are verified ---
 my $dir = PostgreSQL::Test::Utils::tempdir();
-my $tls_port = PostgreSQL::Test::Cluster::get_free_port();
-system("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1"
-	  . " -keyout $dir/key.pem -out $dir/cert.pem >/dev/null 2>&1") == 0
-  or BAIL_OUT('openssl could not make a certificate');
-my $tls_pid = fork();
-if ($tls_pid == 0)
+# A TLS server (openssl s_server) with a new self-signed certificate for
+# the given subject, listening before it returns: (its pid, port, the
+# certificate's PEM file).
+sub tls_server
 {
-	open(STDOUT, '>', '/dev/null');
-	open(STDERR, '>', '/dev/null');
-	exec('openssl', 's_server', '-accept', $tls_port, '-cert', "$dir/cert.pem",
-		'-key', "$dir/key.pem", '-www', '-quiet');
+	my ($name, @subject) = @_;
+	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	system("openssl req -x509 -newkey rsa:2048 -nodes -days 1 @subject"
+		  . " -keyout $dir/$name.key -out $dir/$name.pem >/dev/null 2>&1") == 0
+	  or BAIL_OUT('openssl could not make a certificate');
+	my $pid = fork();
+	if ($pid == 0)
+	{
+		open(STDOUT, '>', '/dev/null');
+		open(STDERR, '>', '/dev/null');
+		exec('openssl', 's_server', '-accept', $port, '-cert', "$dir/$name.pem",
+			'-key', "$dir/$name.key", '-www', '-quiet');
+	}
+	for (1 .. 200)
+	{
+		last if IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Proto => 'tcp');
+		select(undef, undef, undef, 0.05);
+	}
+	return ($pid, $port, "$dir/$name.pem");
 }
-sleep(1);
+my ($tls_pid, $tls_port) = tls_server('selfsigned', '-subj /CN=127.0.0.1');
 set_provider($node, 'selfsigned', "https://127.0.0.1:$tls_port/send");
 $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
@@ -135,6 +149,26 @@ is(job_row($node, $tls), 'failed unreached 2 -',
 	'an unverifiable certificate: unreached (nothing was sent), retried, failed');
 like($node->safe_psql('postgres', "SELECT last_error FROM notif_job WHERE id = $tls"),
 	qr/certificate/i, 'last_error names the certificate problem');
+kill 'KILL', $tls_pid;
+waitpid($tls_pid, 0);
+
+# --- the host name is verified too: a certificate that chains to the
+# provider's own ca_cert but names another host is refused ---
+my $wrong_pem;
+($tls_pid, $tls_port, $wrong_pem) = tls_server('wrongname', '-subj /CN=wrong.example',
+	'-addext subjectAltName=DNS:wrong.example');
+my $wrong_ca = slurp_file($wrong_pem);
+set_provider($node, 'wrongname', "https://127.0.0.1:$tls_port/send", ca_cert => "'$wrong_ca'");
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
+	VALUES ('tls_name', 'at_least_once', 2, 'wrongname', '100 ms', '100 ms')});
+my $named = $node->safe_psql('postgres', q{SELECT notif_enqueue(5, 'tls_name', 'o-1', '{"text":"x"}')});
+ok(wait_until($node, "SELECT status <> 'queued' AND claimed_by IS NULL FROM notif_job WHERE id = $named"),
+	'the job to a server whose certificate names another host finished');
+is(job_row($node, $named), 'failed unreached 2 -',
+	'a certificate trusted through ca_cert but for another host name: unreached, retried, failed');
+like($node->safe_psql('postgres', "SELECT last_error FROM notif_job WHERE id = $named"),
+	qr/subject name|host ?name|does not match/i, 'last_error names the host name, not the chain');
 kill 'KILL', $tls_pid;
 waitpid($tls_pid, 0);
 

@@ -85,7 +85,7 @@ ok( wait_until(
 	'six calls held by the sender');
 my @held = map { "alo:$_:h$_" } @{$u_held}[0 .. 2];
 my @held_amo = map { "amo:$_:h$_" } @{$u_held}[3 .. 5];
-ok(wait_until_ledger(sub { my $l = shift; 6 == grep { ($l->{$_} // {})->{received} } @held, @held_amo }),
+ok(wait_until_ledger($sim, sub { my $l = shift; 6 == grep { ($l->{$_} // {})->{received} } @held, @held_amo }),
 	'the six calls reached the provider and hang');
 is( $old->safe_psql('postgres', q{SELECT string_agg(DISTINCT status, ',' ORDER BY status) FROM notif_job}),
 	'expired,failed,queued,sending,sent', 'jobs in every status');
@@ -186,15 +186,4 @@ sub check_restored
 			 WHERE (j.status = 'queued' OR j.claimed_by IS NOT NULL) IS DISTINCT FROM (a.job_id IS NOT NULL)
 			    OR (a.job_id IS NOT NULL AND (a.kind, a.next_at, a.claimed_by) IS DISTINCT FROM (j.kind, j.next_at, j.claimed_by))}),
 		'0', "$db: notif_active matches notif_job: every queued or held job, and nothing else");
-}
-
-sub wait_until_ledger
-{
-	my ($cond) = @_;
-	for (1 .. 600)
-	{
-		return 1 if $cond->(ledger($sim));
-		select(undef, undef, undef, 0.1);
-	}
-	return 0;
 }

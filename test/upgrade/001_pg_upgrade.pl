@@ -73,7 +73,7 @@ ok( wait_until(
 		$old,
 		q{SELECT count(*) = 6 FROM notif_job WHERE kind IN ('alo', 'amo') AND claimed_by IS NOT NULL}),
 	'six calls held by the sender');
-ok(wait_until_ledger(sub { my $l = shift; 6 == grep { ($l->{"$_"} // {})->{received} } held_keys() }),
+ok(wait_until_ledger($sim, sub { my $l = shift; 6 == grep { ($l->{"$_"} // {})->{received} } held_keys() }),
 	'the six calls reached the provider and hang');
 # The sender stops in the middle of its calls: an immediate stop (a fast
 # one would let it record them first: test/t/004_crash.pl).
@@ -182,15 +182,4 @@ unlike($log, qr/retrying with backoff|upgrade-test-secret/, 'no error in the new
 done_testing();
 
 sub held_keys { return ((map { "alo:$_:h$_" } 1 .. 3), (map { "amo:$_:h$_" } 1 .. 3)); }
-
-sub wait_until_ledger
-{
-	my ($cond) = @_;
-	for (1 .. 600)
-	{
-		return 1 if $cond->(ledger($sim));
-		select(undef, undef, undef, 0.1);
-	}
-	return 0;
-}
 
