@@ -43,4 +43,9 @@ SELECT notif_excerpt(convert_from('\x3c68313e6361666520c3a93c2f68313e'::bytea, '
 SELECT notif_excerpt(repeat('word ', 40)) AS cut_between_words,
        length(notif_excerpt(repeat('word ', 40))) AS length;
 SELECT notif_excerpt(repeat('a', 150)) AS a_long_word_is_dropped;
+-- only the first 1024 bytes are read (the sender keeps 255 of an answer):
+-- a secret that the cut leaves too short to look like a token is dropped
+-- with the word it ends in
+SELECT notif_excerpt(repeat(rpad('t0', 100, 'abc123') || ' ', 10) || 'sk_live_4eC39HqLyjWDarjtT1zdp7dc')
+       AS cut_inside_a_secret;
 SELECT notif_excerpt(NULL) IS NULL AS null_is_null;
