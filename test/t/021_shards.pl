@@ -139,6 +139,13 @@ rsql("SELECT notif_retry($later)");
 ok(wait_until($shards[$s77], "SELECT status = 'sent' FROM notif_job WHERE id = $later"),
 	'notif_retry(job_id) through the router re-drives it on its shard (due now: sent)');
 
+# the router's functions run as their caller, so that each shard's own
+# grants decide what a role may do there
+like(rsql(q{SELECT count(*) FILTER (WHERE p.prosecdef) || ' of ' || count(*) FROM pg_proc p
+           JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+           JOIN pg_extension e ON e.oid = d.refobjid WHERE e.extname = 'notif_deliver_router'}),
+	qr/^0 of [1-9]/, 'no function of notif_deliver_router is SECURITY DEFINER');
+
 # an application role: EXECUTE on notif_enqueue and USAGE on the server on
 # the router, EXECUTE on notif_shard_enqueue on the shards
 $_->safe_psql('postgres', q{CREATE ROLE app LOGIN;
