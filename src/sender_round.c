@@ -585,6 +585,15 @@ sender_round_failed(void)
 		return;
 	}
 
+	/*
+	 * An integrity error's DETAIL shows the row or the key ("Failing row
+	 * contains (...)"): a job's payload, a recipient's number.  It is not
+	 * logged; the message names the constraint.
+	 */
+	if (edata->detail &&
+		ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION)
+		edata->detail = NULL;
+
 	if (sender.last_error == NULL || strcmp(sender.last_error, edata->message) != 0)
 	{
 		ereport(LOG,

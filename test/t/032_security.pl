@@ -2,7 +2,8 @@
 # own.  The background workers run as the bootstrap superuser and do not
 # follow a search_path set on their database; only a superuser can create
 # the extension; an operators' role granted notif_retry and notif_cancel
-# uses them without any right on the tables; a failed statement's text,
+# uses them without any right on the tables; a sender's error is logged
+# without the row it failed on; a failed statement's text,
 # secrets included, reaches the server log (the documented limit), and a
 # provider written from a file (pg_read_file) keeps its secret out of it.
 use strict;
@@ -69,6 +70,20 @@ is($node->safe_psql('postgres', "SELECT status FROM notif_job WHERE id = $waitin
 like($err, qr/permission denied for table notif_job/, 'ops cannot read notif_job');
 ($rc, $out, $err) = $node->psql('postgres', "SELECT notif_retry($waiting, false)", extra_params => [ '-U', 'ops' ]);
 is($rc, 0, 'ops re-drives the job with the granted notif_retry') or diag($err);
+
+# --- a sender's error in a round: logged without the row it failed on ---
+$node->safe_psql('postgres', q{
+	UPDATE notif_type SET paused = false WHERE code = 'otp';
+	ALTER TABLE notif_job ADD CONSTRAINT test_refuses_sent
+	    CHECK (status <> 'sent' OR payload->>'to' IS DISTINCT FROM '+84911111111')});
+my $at = -s $node->logfile;
+my $blocked = $node->safe_psql('postgres', q{SELECT notif_enqueue(4, 'otp', 'o4', '{"to": "+84911111111"}')});
+ok($node->wait_for_log(qr/notif_deliver sender of lane "default": new row for relation "notif_job" violates check constraint "test_refuses_sent"/, $at),
+	'recording the job fails, and the sender logs why');
+my @lines = grep { !/LOG:  statement: / } split /\n/, slurp_file($node->logfile, $at);
+unlike(join("\n", @lines), qr/84911111111/, 'without the failing row (its payload, the number) that PostgreSQL\'s DETAIL shows');
+$node->safe_psql('postgres', q{ALTER TABLE notif_job DROP CONSTRAINT test_refuses_sent});
+ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $blocked"), 'and records it once it can');
 
 # --- what a failed statement puts in the server log ---
 my $offset = -s $node->logfile;
