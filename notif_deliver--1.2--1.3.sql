@@ -25,8 +25,8 @@
  * dumped with the rows (before 1.3 they started again at 1 after a
  * restore, and the first enqueue failed on notif_job_pkey).
  */
-SELECT pg_catalog.pg_extension_config_dump('notif_job_id_seq', '');
-SELECT pg_catalog.pg_extension_config_dump('notif_dlr_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump(pg_catalog.pg_get_serial_sequence('notif_job', 'id')::regclass, '');
+SELECT pg_catalog.pg_extension_config_dump(pg_catalog.pg_get_serial_sequence('notif_dlr', 'id')::regclass, '');
 
 /*
  * Every provider row is dumped, the 'default' one included (before 1.3 it
@@ -248,7 +248,7 @@ BEGIN
             GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, detail = PG_EXCEPTION_DETAIL;
             RAISE WARNING 'provider "%": %', p.name, msg
                 USING DETAIL = detail,
-                      HINT = 'It keeps working; from 1.3 the row is refused at its next change until its url is https://.';
+                      HINT = 'It keeps working; from 1.3 the row is refused at its next change, and by a restore of a dump, until its url is https://.';
         END;
     END LOOP;
 END;

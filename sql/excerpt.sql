@@ -1,7 +1,7 @@
 -- excerpt: what the sender keeps of a provider's answer (notif_job.last_error,
 -- notif_calls.error): notif_excerpt() is the C function it calls.  Printable
 -- ASCII; credentials, phone numbers and e-mail addresses masked as ***;
--- at most 120 characters, never cut inside a word.
+-- at most 120 characters, never cut inside a word, and "..." when cut.
 
 -- an auth scheme's credential; the value of a name that ends like a secret's
 SELECT notif_excerpt(a) FROM (VALUES
@@ -35,7 +35,17 @@ SELECT notif_excerpt(a) FROM (VALUES
     ('see https://fcm.googleapis.com/v1/projects/p1/messages:send'),
     ('GET /cgi-bin/sendsms?username=tester&password=foobar&to=+84900000001'),
     ('https://api.example.com/2010-04-01/Accounts/AC0123456789abcdef0123456789abcdef/Messages.json'),
-    ('POST http://admin:hunter2@gw.example.com/send failed')
+    ('POST http://admin:hunter2@gw.example.com/send failed'),
+    ('GET https://api.example.com/v1/sms/+84912345678/status'),
+    ('https://mail.example.com/users/john.doe@example.com/inbox'),
+    ('https://api.telegram.org/bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/sendMessage')
+) t(a);
+
+-- a secret's value in a list; numbers written with hyphens; a value after "name: "
+SELECT notif_excerpt(a) FROM (VALUES
+    ('{"X-Api-Key": ["abc123"], "ok": true}'),
+    ('call 0912-34-5678 now'),
+    ('to: 0912345678')
 ) t(a);
 
 -- bytes outside printable ASCII become '?'; long answers are cut

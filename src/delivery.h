@@ -136,7 +136,7 @@ extern CURLU *notif_url_parse(const NotifProviderConf *provider);
 /* excerpt.c: what of a provider's text is kept (printable, masked, short) */
 #define NOTIF_EXCERPT_MAX	120		/* characters kept */
 #define NOTIF_EXCERPT_SCAN	1024	/* bytes of the text looked at */
-extern char *notif_excerpt(const char *text, size_t len, bool cut);
+extern char *notif_excerpt(const char *raw, size_t len, bool cut);
 
 /* http.c */
 extern void notif_http_init(void);

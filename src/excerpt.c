@@ -25,14 +25,16 @@
  *      a token: 20 or more characters of [A-Za-z0-9+/=_.-] with a letter
  *        and a digit among them (API keys, JWTs, hex digests);
  *  - a URL's user:password@ is masked; its host and path stay as they
- *    are, but for a path segment that is a token; its query is read as any
- *    other text (so api_key=... and to=+84... in it are masked);
- *  - then cut to NOTIF_EXCERPT_MAX characters, never inside a word (what
- *    was cut is replaced by "...").
+ *    are, but for a path segment with 7 or more digits, an '@', or that is
+ *    a token; its query is read as any other text (so api_key=... and
+ *    to=+84... in it are masked);
+ *  - then cut to NOTIF_EXCERPT_MAX characters, never inside a word, and
+ *    "..." added when anything was cut.
  *
  * The whole answer is never stored: the sender keeps at most its first
- * 255 bytes (http.c), masks them, and keeps the excerpt; a word that the
- * 255 bytes cut is dropped first (a token's tail is not a token).  notif_excerpt()
+ * 255 bytes (http.c), masks them, and keeps the excerpt; what follows the
+ * last separator before such a cut is dropped first (a token's tail is not
+ * a token, an address's local part without its '@' not an address).  notif_excerpt()
  * exposes the same function to SQL, for tests and for operators who want
  * to see what would be kept.
  *
@@ -68,6 +70,15 @@ is_token_char(char c)
 {
 	return is_word_char(c) || c == '+' || c == '/' || c == '=' || c == '_' ||
 		c == '.' || c == '-';
+}
+
+/* what ends a word, a value or an address */
+static bool
+is_separator(char c)
+{
+	return c == ' ' || c == '"' || c == '\'' || c == ',' || c == ';' ||
+		c == '<' || c == '>' || c == '(' || c == ')' || c == '[' || c == ']' ||
+		c == '{' || c == '}';
 }
 
 static bool
@@ -153,7 +164,8 @@ secret_pair(const char *s, int n, int i, int *value_at, int *value_len)
 	if (k >= n || (s[k] != ':' && s[k] != '='))
 		return 0;
 	k++;
-	while (k < n && s[k] == ' ')
+	/* (the value may be a list or an object: its first element) */
+	while (k < n && (s[k] == ' ' || s[k] == '[' || s[k] == '{'))
 		k++;
 	if (k < n && (s[k] == '"' || s[k] == '\''))
 		quote = s[k++];
@@ -174,6 +186,8 @@ phone(const char *s, int n, int i)
 	int			digits = 0;
 	int			end = i;
 
+	if (s[i] != '+' && s[i] != '(' && !is_digit(s[i]))
+		return 0;
 	if (j < n && s[j] == '+')
 		j++;
 	if (j < n && s[j] == '(')
@@ -193,8 +207,9 @@ phone(const char *s, int n, int i)
 	}
 	if (digits < 7 || (end < n && is_word_char(s[end])))
 		return 0;
-	/* YYYY-MM-DD is a date */
-	if (end - i >= 10 && is_digit(s[i]) && s[i + 4] == '-' && s[i + 7] == '-')
+	/* YYYY-MM-DD (and a time after it) is a date */
+	if (end - i >= 10 && is_digit(s[i]) && s[i + 4] == '-' && s[i + 7] == '-' &&
+		(end - i == 10 || s[i + 10] == ' '))
 		return 0;
 	return end - i;
 }
@@ -214,6 +229,29 @@ token(const char *s, int n, int i)
 		j++;
 	}
 	return (j - i >= 20 && letter && digit) ? j - i : 0;
+}
+
+/*
+ * A URL path segment that may name someone or hold a secret: one with 7 or
+ * more digits (a number, a bot token), an '@' (an address), or that is a
+ * token.
+ */
+static bool
+secret_segment(const char *s, int seg, int end)
+{
+	int			digits = 0;
+	int			k;
+
+	for (k = seg; k < end; k++)
+	{
+		if (s[k] == '@')
+			return true;
+		digits += is_digit(s[k]);
+	}
+	/* (YYYY-MM-DD, an API's version, is a date) */
+	if (digits == 8 && end - seg == 10 && s[seg + 4] == '-' && s[seg + 7] == '-')
+		digits = 0;
+	return digits >= 7 || (end - seg >= 20 && token(s, end, seg) >= end - seg);
 }
 
 /*
@@ -247,7 +285,7 @@ url_rest(const char *s, int n, int i, StringInfo out)
 		appendStringInfoChar(out, '/');
 		while (end < n && s[end] != '/' && !strchr(stop, s[end]))
 			end++;
-		if (end - seg >= 20 && token(s, end, seg) >= end - seg)
+		if (secret_segment(s, seg, end))
 			appendStringInfoString(out, MASK);
 		else
 			appendBinaryStringInfo(out, s + seg, end - seg);
@@ -262,24 +300,25 @@ url_rest(const char *s, int n, int i, StringInfo out)
  * (and "..." when cut).
  */
 char *
-notif_excerpt(const char *text, size_t len, bool cut)
+notif_excerpt(const char *raw, size_t len, bool cut)
 {
 	int			n = (int) Min(len, NOTIF_EXCERPT_SCAN);
 	char	   *s = palloc(n + 1);
 	StringInfoData out;
 	int			i = 0;
 
-	notif_printable_into(s, text, n);
+	notif_printable_into(s, raw, n);
+
 	/*
-	 * A text cut short (here, or before: "cut") may end inside a secret
-	 * too short now for its rule: its last word goes.
+	 * A text cut short (here, or before: "cut") may end inside a secret, an
+	 * address or a number too short now for its rule: what follows its last
+	 * separator goes.
 	 */
-	if (cut || len > (size_t) n)
-	{
+	if (len > (size_t) n)
 		cut = true;
-		while (n > 0 && is_token_char(s[n - 1]))
+	if (cut)
+		while (n > 0 && !is_separator(s[n - 1]))
 			n--;
-	}
 	s[n] = '\0';
 	initStringInfo(&out);
 	while (i < n)
@@ -336,14 +375,14 @@ notif_excerpt(const char *text, size_t len, bool cut)
 
 	if (out.len > NOTIF_EXCERPT_MAX || cut)
 	{
-		int			cut = Min(out.len, NOTIF_EXCERPT_MAX);
+		int			end = Min(out.len, NOTIF_EXCERPT_MAX);
 
 		/* never inside a word: a token cut short is not masked by length */
-		if (cut < out.len && is_token_char(out.data[cut]))
-			while (cut > 0 && is_token_char(out.data[cut - 1]))
-				cut--;
-		out.data[cut] = '\0';
-		out.len = cut;
+		if (end < out.len && is_token_char(out.data[end]))
+			while (end > 0 && is_token_char(out.data[end - 1]))
+				end--;
+		out.data[end] = '\0';
+		out.len = end;
 		appendStringInfoString(&out, "...");
 	}
 	return out.data;

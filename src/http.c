@@ -197,7 +197,8 @@ write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 
 	notif_printable_into(call->response + call->response_len, ptr, kept);
 	call->response_len += kept;
-	call->response_cut |= kept < n;
+	if (kept < n)
+		call->response_cut = true;
 	call->response[call->response_len] = '\0';
 	return n;
 }

@@ -56,10 +56,11 @@ cluster_stop() {
 	[ -n "${CLUSTER_DIR:-}" ] && [ -d "$CLUSTER_DIR/data" ] || return 0
 	data=$CLUSTER_DIR/data
 	for ((i = 0; i < 100; i++)); do
-		{ [ -f "$data/postmaster.pid" ] || ! pgrep -f -- "bin/postgres -D $data" >/dev/null; } && break
+		{ [ -f "$data/postmaster.pid" ] || ! pgrep -f -- "bin/postgres -D $data( |$)" >/dev/null; } && break
 		sleep 0.1
 	done
-	cluster_as "$PG_BINDIR/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1
-	pkill -KILL -f -- "bin/postgres -D $data" 2>/dev/null
+	# (either may find nothing to stop: callers run under errexit)
+	cluster_as "$PG_BINDIR/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1 || true
+	pkill -KILL -f -- "bin/postgres -D $data( |$)" 2>/dev/null || true
 	return 0
 }
