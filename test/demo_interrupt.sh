@@ -80,8 +80,11 @@ for window in initdb start enqueue drain; do
 	for attempt in 1 2 3 4 5; do
 		before=$(demo_dirs)
 		log=$(mktemp)
-		# a process group of its own, as a shell's job: Ctrl-C goes to all of it
-		setsid bash test/demo --burst 100000 >"$log" 2>&1 &
+		# a process group of its own, as a shell's job: Ctrl-C goes to all of
+		# it.  (A script's background command starts with SIGINT ignored, and
+		# bash cannot trap a signal ignored at its start: the demo gets it
+		# back, as from a terminal.)
+		setsid env --default-signal=INT bash test/demo --burst 100000 >"$log" 2>&1 &
 		pid=$!
 		hit=0
 		if await_window "in_$window"; then
@@ -98,7 +101,8 @@ for window in initdb start enqueue drain; do
 			fail "$window: the demo did not exit within 30 s of the interrupt"
 			kill -KILL -- -"$pid" 2>/dev/null
 		fi
-		wait "$pid" 2>/dev/null
+		rc=0
+		wait "$pid" 2>/dev/null || rc=$?
 		# what it started is gone (a postmaster's children leave within a second or so)
 		if ! await no_leftovers; then
 			fail "$window: processes left: $(leftovers | tr '\n' ';')"
@@ -108,6 +112,13 @@ for window in initdb start enqueue drain; do
 		if [ -n "$left" ]; then
 			fail "$window: its folder $left was left"
 			rm -rf "$left"
+		fi
+		# the interrupt ended it: through its trap (130), or through the
+		# failure of the psql it interrupted; 0 would mean it went on to its
+		# end (as when bash ignored a Ctrl-C that initdb survived)
+		if [ "$hit" = 1 ] && [ "$rc" = 0 ]; then
+			fail "$window: the demo ran to its end: the interrupt did not stop it"
+			sed 's/^/# /' "$log"
 		fi
 		rm -f "$log"
 		[ "$hit" = 1 ] || [ "$failures" -gt 0 ] && break

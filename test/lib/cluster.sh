@@ -29,7 +29,7 @@ cluster_create() {
 	shift 2
 	mkdir -p "$dir"
 	[ "$(id -u)" = 0 ] && chown postgres "$dir"
-	cluster_as "$PG_BINDIR/initdb" -D "$dir/data" -U postgres -A trust --no-sync >"$dir/initdb.log" 2>&1 ||
+	cluster_step "$PG_BINDIR/initdb" -D "$dir/data" -U postgres -A trust --no-sync >"$dir/initdb.log" 2>&1 ||
 		{ cat "$dir/initdb.log"; return 1; }
 	{
 		echo "port = $port"
@@ -38,8 +38,23 @@ cluster_create() {
 		echo "fsync = off"
 		for line in "$@"; do echo "$line"; done
 	} >>"$dir/data/postgresql.conf"
-	cluster_as "$PG_BINDIR/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w start >/dev/null ||
+	cluster_step "$PG_BINDIR/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w start >/dev/null ||
 		{ cat "$dir/server.log"; return 1; }
+}
+
+# cluster_step CMD...: CMD as the cluster's user, in the background, waited
+# for.  An interrupt (Ctrl-C) then ends the wait at once and runs the
+# caller's trap; in the foreground, bash would ignore a Ctrl-C that the
+# command survived (initdb finishing its work, say) and carry on.  The step
+# itself ignores SIGINT, as background commands do: cluster_stop waits for
+# it to end before it stops and removes what it made.
+cluster_step() {
+	local rc=0
+	cluster_as "$@" &
+	CLUSTER_STEP_PID=$!
+	wait "$CLUSTER_STEP_PID" || rc=$?
+	CLUSTER_STEP_PID=
+	return $rc
 }
 
 cluster_psql() {
@@ -53,6 +68,11 @@ cluster_psql() {
 # left of a postmaster of this data folder that never wrote one.
 cluster_stop() {
 	local data i
+	# a step still running (interrupted while initdb or pg_ctl worked): its end first
+	if [ -n "${CLUSTER_STEP_PID:-}" ]; then
+		wait "$CLUSTER_STEP_PID" 2>/dev/null || true
+		CLUSTER_STEP_PID=
+	fi
 	[ -n "${CLUSTER_DIR:-}" ] && [ -d "$CLUSTER_DIR/data" ] || return 0
 	data=$CLUSTER_DIR/data
 	for ((i = 0; i < 100; i++)); do
