@@ -195,7 +195,8 @@ write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 		return n;
 	}
 
-	notif_printable_into(call->response + call->response_len, ptr, kept);
+	/* as received: notif_excerpt makes it printable when it is kept */
+	memcpy(call->response + call->response_len, ptr, kept);
 	call->response_len += kept;
 	if (kept < n)
 		call->response_cut = true;
