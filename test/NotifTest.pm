@@ -13,7 +13,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(new_node configure_node start_sim sim_get ledger ledger_key stats wait_until headers_of
-  job_row set_provider last_request doc_sql wait_config_read table_rows wait_until_ledger);
+  job_row set_provider last_request doc_sql wait_config_read table_rows wait_until_ledger
+  active_mismatches);
 
 # simulators started by this test, stopped when it ends
 my @sims;
@@ -213,6 +214,18 @@ sub wait_until_ledger
 		usleep(100_000);
 	}
 	return 0;
+}
+
+# How many jobs notif_active gets wrong: a queued or held job it lacks, a
+# row for any other, or a row whose kind, next_at or holder differ from
+# notif_job's.  0 when it matches.
+sub active_mismatches
+{
+	my ($node, $db) = @_;
+	return $node->safe_psql($db // 'postgres', q{
+		SELECT count(*) FROM notif_job j FULL JOIN notif_active a ON a.job_id = j.id
+		 WHERE (j.status = 'queued' OR j.claimed_by IS NOT NULL) IS DISTINCT FROM (a.job_id IS NOT NULL)
+		    OR (a.job_id IS NOT NULL AND (a.kind, a.next_at, a.claimed_by) IS DISTINCT FROM (j.kind, j.next_at, j.claimed_by))});
 }
 
 # Every row of each table of the extension that holds data, as text, in

@@ -146,11 +146,7 @@ is( $new->safe_psql('postgres',
 	'at_most_once: the three interrupted jobs recorded unknown, not attempted again');
 is( $new->safe_psql('postgres', 'SELECT count(*) FROM notif_active_built'), '1',
 	'notif_active was rebuilt by the launcher');
-is( $new->safe_psql('postgres', q{
-		SELECT count(*) FROM notif_job j FULL JOIN notif_active a ON a.job_id = j.id
-		 WHERE (j.status = 'queued' OR j.claimed_by IS NOT NULL) IS DISTINCT FROM (a.job_id IS NOT NULL)
-		    OR (a.job_id IS NOT NULL AND (a.kind, a.next_at, a.claimed_by) IS DISTINCT FROM (j.kind, j.next_at, j.claimed_by))}),
-	'0', 'notif_active matches notif_job: every queued or held job, and nothing else');
+is(active_mismatches($new), '0', 'notif_active matches notif_job: every queued or held job, and nothing else');
 
 # new work, on the identity sequences
 my $id = $new->safe_psql('postgres', q{SELECT notif_enqueue(500, 'otp', 'after', '{"text":"after the upgrade"}')});
