@@ -26,6 +26,7 @@ EXTENSION = notif_deliver notif_deliver_router
 MODULE_big = notif_deliver
 OBJS = \
 	src/notif_deliver.o \
+	src/catalog.o \
 	src/guc.o \
 	src/shmem.o \
 	src/wake.o \
@@ -43,6 +44,8 @@ OBJS = \
 	src/sender_report.o \
 	src/job_state.o \
 	src/job_state_sql.o \
+	src/job_names.o \
+	src/delivery.o \
 	src/job_sql.o \
 	src/planner_policy.o \
 	src/job_rows.o \
@@ -53,6 +56,7 @@ OBJS = \
 	src/request_apns.o \
 	src/push_payload.o \
 	src/push_answer.o \
+	src/push_json.o \
 	src/push_auth.o \
 	src/push_sql.o \
 	src/token.o \

@@ -101,6 +101,13 @@ struct NotifCall
 	char	   *refused;		/* why the payload cannot be sent (no call) */
 	uint64		auth_generation;	/* of the token it carries (push_auth.c) */
 	void		(*on_done) (NotifCall *call);	/* not a job's call (a token fetch) */
+	/*
+	 * How the answer is read, set by the request's builder (push/: an FCM or
+	 * APNs answer says more than its status); NULL: the status is all.  The
+	 * transport keeps the whole body for it and calls it when the call ends.
+	 */
+	void		(*read_answer) (NotifCall *call);
+	bool		headers_secret; /* wiped when freed: they carry a token */
 	void	   *on_done_arg;
 	int			pool;			/* http.c's connection pool, while in flight */
 
@@ -141,6 +148,7 @@ extern char *notif_excerpt(const char *raw, size_t len, bool cut);
 /* http.c */
 extern void notif_http_init(void);
 extern void notif_printable_into(char *dst, const char *src, size_t n);
+extern char *notif_printable_copy(const char *s, int len, int max);
 extern int	notif_http_epoll_fd(void);
 extern long notif_http_timeout_ms(void);
 extern void notif_http_drive(bool sockets_ready);

@@ -295,6 +295,36 @@ url_rest(const char *s, int n, int i, StringInfo out)
 }
 
 /*
+ * n bytes of a provider's text into dst as printable ASCII (any other byte
+ * a '?'): it goes into a text column or a log line, whatever it was (a
+ * proxy's HTML page, a string cut inside a UTF-8 character).
+ */
+void
+notif_printable_into(char *dst, const char *src, size_t n)
+{
+	size_t		i;
+
+	for (i = 0; i < n; i++)
+	{
+		unsigned char c = (unsigned char) src[i];
+
+		dst[i] = (c >= 0x20 && c < 0x7f) ? (char) c : '?';
+	}
+}
+
+/* at most max bytes of a provider's text, printable (notif_printable_into) */
+char *
+notif_printable_copy(const char *s, int len, int max)
+{
+	int			n = Min(len, max);
+	char	   *out = palloc(n + 1);
+
+	notif_printable_into(out, s, n);
+	out[n] = '\0';
+	return out;
+}
+
+/*
  * The excerpt of len bytes of a provider's text, palloc'd in the current
  * memory context: printable, masked, at most NOTIF_EXCERPT_MAX characters
  * (and "..." when cut).

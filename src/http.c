@@ -160,24 +160,6 @@ read_cb(char *buffer, size_t size, size_t nitems, void *userdata)
 	return n;
 }
 
-/*
- * n bytes of a provider's text into dst as printable ASCII (any other byte
- * a '?'): it goes into a text column or a log line, whatever it was (a
- * proxy's HTML page, a string cut inside a UTF-8 character).
- */
-void
-notif_printable_into(char *dst, const char *src, size_t n)
-{
-	size_t		i;
-
-	for (i = 0; i < n; i++)
-	{
-		unsigned char c = (unsigned char) src[i];
-
-		dst[i] = (c >= 0x20 && c < 0x7f) ? (char) c : '?';
-	}
-}
-
 /* keep the start of a response body, for last_error's excerpt */
 static size_t
 write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
@@ -313,8 +295,8 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 		call->on_done(call);
 		return;
 	}
-	if (call->format == FORMAT_FCM || call->format == FORMAT_APNS)
-		notif_push_read_answer(call);
+	if (call->read_answer)
+		call->read_answer(call);
 	n_inflight--;
 	dlist_push_tail(&done_calls, &call->node);
 }
@@ -535,7 +517,7 @@ start(NotifCall *call)
 
 	if (call->answer)
 		resetStringInfo(call->answer);
-	else if (call->on_done || call->format == FORMAT_FCM || call->format == FORMAT_APNS)
+	else if (call->on_done || call->read_answer)
 	{
 		MemoryContext old = MemoryContextSwitchTo(call->cxt);
 

@@ -124,13 +124,17 @@ typedef struct NotifTransition
 	int			tries_delta;
 } NotifTransition;
 
-/* names, in one place */
+/* names, in one place (job_names.c) */
 extern const char *notif_status_name(NotifStatus status);
 extern NotifStatus notif_status_from_name(const char *name);
 extern const char *notif_delivery_name(NotifDelivery delivery);
 extern NotifDelivery notif_delivery_from_name(const char *name);
 extern const char *notif_outcome_name(NotifOutcome outcome);
 extern NotifOutcome notif_outcome_from_name(const char *name);
+extern NotifEvent notif_event_from_name(const char *name);
+extern char *notif_delivery_set_text(int bits);
+extern char *notif_status_set_text(int bits);
+extern char *notif_outcome_set_text(int bits);
 
 /* the table, for notif_transitions() */
 extern const NotifTransitionRow *notif_transition_rows(int *n);

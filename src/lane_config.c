@@ -91,15 +91,3 @@ notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out)
 	*out = types;
 	return (int) SPI_processed;
 }
-
-/* The provider of that name among the lane's types, or NULL. */
-const NotifProviderConf *
-notif_lane_provider(const NotifTypeConf *types, int n, const char *name)
-{
-	int			i;
-
-	for (i = 0; i < n; i++)
-		if (strcmp(types[i].provider.name, name) == 0)
-			return &types[i].provider;
-	return NULL;
-}

@@ -40,6 +40,5 @@ extern void notif_push_record_unregistered(dlist_head *finished);
 extern void notif_push_read_answer(NotifCall *call);
 extern Jsonb *notif_parse_json(const char *text);
 extern bool notif_json_number_in(JsonbValue *v, double lo, double hi, double *out);
-extern char *notif_printable_copy(const char *s, int len, int max);
 
 #endif							/* NOTIF_PUSH_H */

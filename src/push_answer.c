@@ -12,8 +12,6 @@
  */
 #include "postgres.h"
 
-#include <math.h>
-
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
@@ -23,58 +21,6 @@
 
 /* 2100-01-01 in Unix milliseconds: later APNs timestamps are not believed */
 #define APNS_TIMESTAMP_MAX_MS 4102444800000.0
-
-/* a JSON document, or NULL when the text is not one */
-Jsonb *
-notif_parse_json(const char *text)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	Jsonb	   *volatile result = NULL;
-
-	PG_TRY();
-	{
-		result = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(text)));
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		FlushErrorState();
-		result = NULL;
-	}
-	PG_END_TRY();
-	return result;
-}
-
-/*
- * A JSON number as a double when it lies in [lo, hi], else false: never an
- * ERROR, whatever the provider sent (1e30, -1, a fraction).
- */
-bool
-notif_json_number_in(JsonbValue *v, double lo, double hi, double *out)
-{
-	double		d;
-
-	if (v == NULL || v->type != jbvNumeric)
-		return false;
-	d = DatumGetFloat8(DirectFunctionCall1(numeric_float8_no_overflow,
-										   NumericGetDatum(v->val.numeric)));
-	if (isnan(d) || d < lo || d > hi)
-		return false;
-	*out = d;
-	return true;
-}
-
-/* at most max bytes of a provider's text, printable (notif_printable_into) */
-char *
-notif_printable_copy(const char *s, int len, int max)
-{
-	int			n = Min(len, max);
-	char	   *out = palloc(n + 1);
-
-	notif_printable_into(out, s, n);
-	out[n] = '\0';
-	return out;
-}
 
 /* a string member of an object container, or NULL */
 static char *

@@ -265,20 +265,3 @@ notif_build_request(NotifCall *call, const NotifProviderConf *provider,
 	if (provider->curlu)
 		call->curlu = curl_url_dup(provider->curlu);
 }
-
-void
-notif_free_request(NotifCall *call)
-{
-	struct curl_slist *s;
-
-	/* a push call's headers carry its provider's token: wipe them */
-	if (call->format == FORMAT_FCM || call->format == FORMAT_APNS)
-		for (s = call->headers; s; s = s->next)
-			explicit_bzero(s->data, strlen(s->data));
-	if (call->headers)
-		curl_slist_free_all(call->headers);
-	call->headers = NULL;
-	if (call->curlu)
-		curl_url_cleanup(call->curlu);
-	call->curlu = NULL;
-}

@@ -55,6 +55,8 @@ notif_build_apns(NotifCall *call, const NotifProviderConf *provider,
 													v.val.string.len, v.val.string.val));
 		}
 	}
+	call->read_answer = notif_push_read_answer;
+	call->headers_secret = true;
 	auth = notif_push_auth_header(provider, &call->auth_generation);
 	if (auth)
 	{

@@ -37,6 +37,8 @@ notif_build_fcm(NotifCall *call, const NotifProviderConf *provider,
 		call->push_token = pnstrdup(token->val.string.val, token->val.string.len);
 
 	*h = curl_slist_append(*h, "Content-Type: application/json");
+	call->read_answer = notif_push_read_answer;
+	call->headers_secret = true;
 	auth = notif_push_auth_header(provider, &call->auth_generation);
 	if (auth)
 	{
