@@ -1,5 +1,5 @@
 -- lifecycle: the job lifecycle, every transition a job makes, as the
--- library holds it in one table (src/job_state.c).  This output is the
+-- library holds it in one table (src/lifecycle/job_state.c).  This output is the
 -- specification: for an event, the first row whose delivery, from_status,
 -- outcome and condition match applies; to_status NULL means refused.
 \pset null '(refused)'

@@ -12,7 +12,8 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 
-#include "notif_deliver.h"
+#include "core/notif_deliver.h"
+#include "launcher/launcher.h"
 
 PG_MODULE_MAGIC;
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/compat_check.sh: src/pg_compat.h's build-time checks do fail, and
+# test/compat_check.sh: src/core/pg_compat.h's build-time checks do fail, and
 # name what changed (test/run runs it after the build; about 1 s).  Two
 # probes compiled against the server's headers (pg_config, or $PG_CONFIG):
 #   - a signature this major does not have for an executor function the
@@ -32,21 +32,21 @@ probe()
 cat >"$probe/signature.c" <<'C'
 #include "postgres.h"
 #include "executor/executor.h"
-#include "pg_compat.h"
+#include "core/pg_compat.h"
 /* one argument more than any supported major's ExecCheckIndexConstraints */
 NOTIF_EXPECT_SIGNATURE(ExecCheckIndexConstraints,
 					   bool (*) (ResultRelInfo *, TupleTableSlot *, EState *,
 								 ItemPointer, ItemPointer, ItemPointer, List *));
 C
-probe signature "changed ExecCheckIndexConstraints: port it in src/pg_compat.h" \
+probe signature "changed ExecCheckIndexConstraints: port it in src/core/pg_compat.h" \
 	"an executor function whose signature changed"
 
 cat >"$probe/future.c" <<'C'
 #include "postgres.h"
 #undef PG_VERSION_NUM
 #define PG_VERSION_NUM 190000
-#include "pg_compat.h"
+#include "core/pg_compat.h"
 C
-probe future "not on this major: check src/pg_compat.h (ExecInsertIndexTuples" \
+probe future "not on this major: check src/core/pg_compat.h (ExecInsertIndexTuples" \
 	"a major after 18"
 exit $status

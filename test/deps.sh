@@ -20,7 +20,7 @@
 # already there is put back after), and one found running afterwards is
 # stopped.
 set -euo pipefail
-# libssl-dev: push tokens are signed with OpenSSL (src/token.c); nghttp2-proxy
+# libssl-dev: push tokens are signed with OpenSSL (src/push/token.c); nghttp2-proxy
 # (nghttpx, the HTTP/2 TLS front) and libcryptx-perl (verifying RS256/ES256)
 # for the push tests test/t/020_push.pl and 026; iproute2 (ss: the open
 # connections 026 counts)

@@ -1,5 +1,5 @@
 # 002_classification.pl: the call-ended rows of the job lifecycle
-# (src/job_state.c, notif_transitions(); each test names its rows),
+# (src/lifecycle/job_state.c, notif_transitions(); each test names its rows),
 # for both deliveries: what each provider answer or failure does to a job,
 # checked in notif_job, notif_attempt (notif_calls) and the simulator's ledger.
 use strict;

@@ -1,6 +1,6 @@
 # 023_idle_connections.pl: a sender's idle keep-alive connections.  Their
 # sockets stay in the sender's epoll set between calls (parked: no
-# epoll_ctl per call, src/http_sockets.c); when the provider closes them,
+# epoll_ctl per call, src/http/sockets.c); when the provider closes them,
 # the sender takes them out of the set instead of spinning on their events,
 # and its next calls open fresh connections.  More calls in flight than one
 # of its multi handles takes reuse their connections from burst to burst.
@@ -88,7 +88,7 @@ is(scalar(grep { /^c-/ } map { (split /:/, $_)[2] } keys %{ ledger($sim) }), 10,
 	'the restarted provider received each of them');
 
 # 200 calls in flight at once, more than one of the sender's plain-http
-# multi handles takes (64, src/http.c): each call has its connection, and a
+# multi handles takes (64, src/http/http.c): each call has its connection, and a
 # second such burst reuses them all (each handle its own), opening none.
 # A burst is two claims (batch_size 100): the second follows the first at
 # once, not at a timer, even when no socket has anything to say (the

@@ -1,7 +1,7 @@
 # 025_claim_plans.pl: the plans of a sender's statements (its claim, its
 # record of results, its look for the next due job), as auto_explain logs
 # them, read every table by key whatever the statistics said when they
-# were made.  Planned once per sender (src/job_sql.c), generic, they keep
+# were made.  Planned once per sender (src/store/job_sql.c), generic, they keep
 # their plan until an ANALYZE: a plan made from statistics that no longer
 # hold must still not read a whole table at each round.  Four sets of
 # statistics, each of which once made a plan that did:

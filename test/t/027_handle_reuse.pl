@@ -1,5 +1,5 @@
 # 027_handle_reuse.pl: a libcurl handle kept from one call to the next
-# without a reset (src/http.c) carries nothing of the call before.  One
+# without a reset (src/http/http.c) carries nothing of the call before.  One
 # sender with one call in flight reuses one handle for every call, over one
 # kept-alive connection, while the calls change their shape: POST from a
 # buffer (at_least_once), POST through the read callback (at_most_once),

@@ -76,7 +76,7 @@ like(substr(slurp_file($node->logfile), $log_at), qr/provider "fcm" has an acces
 my $jlong = sql(q{SELECT notif_enqueue(2, 'fcm_push', 'l', '{"token": "long-1", "notification": {"title": "x"}}')});
 ok(wait_until($node, "SELECT status = 'failed' FROM notif_job WHERE id = $jlong"), 'fcm long reason: failed (400)');
 is(sql("SELECT last_error FROM notif_job WHERE id = $jlong"), 'HTTP 400: x' . ('?' x 119) . '...',
-	'fcm long reason: its first 120 bytes (src/excerpt.c), each byte of "é" a "?"');
+	'fcm long reason: its first 120 bytes (src/core/excerpt.c), each byte of "é" a "?"');
 
 # --- APNs: a 410 with timestamp 1e30, a 502 that is not text --------------
 my $t0 = sql('SELECT now()');

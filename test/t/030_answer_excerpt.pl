@@ -2,7 +2,7 @@
 # that echoes the request's Authorization header and body (the recipient's
 # number in it) when it refuses or fails a call: notif_job.last_error and
 # notif_calls keep the HTTP status and a short printable excerpt with the
-# credential and the number masked (src/excerpt.c, notif_excerpt()), never
+# credential and the number masked (src/core/excerpt.c, notif_excerpt()), never
 # the answer as written; nothing of either reaches the server log.
 use strict;
 use warnings;

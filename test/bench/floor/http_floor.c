@@ -3,14 +3,14 @@
  * http_floor.c
  *      The HTTP floor under notif_deliver's sender (issue 15): a bare
  *      libcurl client, no database, that drives libcurl the way the sender
- *      does (src/http.c) and says what the HTTP part of a job costs.
+ *      does (src/http/http.c) and says what the HTTP part of a job costs.
  *
  * The same machinery as the sender: the multi interface driven by
  * curl_multi_socket_action over an epoll set (CURLMOPT_SOCKETFUNCTION and
  * CURLMOPT_TIMERFUNCTION), easy handles reset and reused from a free list,
  * a fixed number of calls in flight over HTTP/1.1 keep-alive connections
  * (CURLMOPT_MAXCONNECTS as many), and per call the options and headers
- * that src/http.c start() and src/request.c set for a plain-http json
+ * that src/http/http.c start() and src/sender/request.c set for a plain-http json
  * provider: POST with CURLOPT_POSTFIELDS (at_least_once), Content-Type,
  * "Expect:", Idempotency-Key "kind:user_id:order_id", the User-Agent, the
  * timeouts, NOSIGNAL, a write callback keeping the printable start of the
@@ -194,7 +194,7 @@ timer_cb(CURLM *m, long timeout_ms, void *userp)
 	return 0;
 }
 
-/* the printable start of the body, as src/http.c write_cb keeps it */
+/* the printable start of the body, as src/http/http.c write_cb keeps it */
 static size_t
 write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
@@ -307,7 +307,7 @@ start_call(void)
 	inflight++;
 }
 
-/* a finished call: read it as src/http.c finish_call() does, free its handle */
+/* a finished call: read it as src/http/http.c finish_call() does, free its handle */
 static void
 finish_call(CURL *easy, CURLcode result)
 {
@@ -346,7 +346,7 @@ finish_call(CURL *easy, CURLcode result)
 }
 
 /*
- * The finished calls, as src/http.c collect_done() reads them: a batch of
+ * The finished calls, as src/http/http.c collect_done() reads them: a batch of
  * messages first, then their handles removed (curl_multi_remove_handle
  * walks the messages not yet read).
  */

@@ -4,7 +4,7 @@
  *      http_floor's --park (issue 15): the socket callback keeps an idle
  *      keep-alive connection's socket in the epoll set when libcurl stops
  *      watching it, so that the next call on that connection costs no
- *      epoll_ctl.  Written as the design to port to src/http.c.
+ *      epoll_ctl.  Written as the design to port to src/http/http.c.
  *
  * libcurl says CURL_POLL_REMOVE for a connection's socket when its
  * transfer ends (the connection goes back to the cache) and asks for

@@ -1,0 +1,24 @@
+/*-------------------------------------------------------------------------
+ *
+ * enqueue.h
+ *      What notif_enqueue needs of a type, cached per session
+ *      (enqueue/type_cache.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef NOTIF_ENQUEUE_H
+#define NOTIF_ENQUEUE_H
+
+#include "core/notif_deliver.h"
+
+typedef struct NotifTypeInfo
+{
+	bool		has_deadline;
+	Interval	deadline;
+	char		lane[NOTIF_NAME_MAXLEN];
+	int			format;			/* NotifFormat of its provider (push rules) */
+} NotifTypeInfo;
+
+extern bool notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info);
+
+#endif							/* NOTIF_ENQUEUE_H */

@@ -1,0 +1,599 @@
+/*-------------------------------------------------------------------------
+ *
+ * http.c
+ *      The libcurl event loop of a sender: many provider calls in flight at
+ *      once through the multi interface, driven by curl_multi_socket_action
+ *      over an epoll set of libcurl's sockets.
+ *
+ * The sender waits on that epoll descriptor together with its latch (one
+ * WaitEventSet), so that a wake-up, a signal or a socket event all end the
+ * wait.  No transaction is open while calls are in flight.
+ *
+ * The at_most_once guard: libcurl silently re-sends a request on a fresh
+ * connection when a reused keep-alive connection dies before any response
+ * byte.  For at_most_once that copy would be a duplicate behind our back, so
+ * at_most_once bodies are given through a read callback without a seek
+ * callback (libcurl cannot rewind them and fails with CURLE_SEND_FAIL_REWIND
+ * instead), and at_most_once requests without a body never reuse a
+ * connection.
+ *
+ * Each call goes through a connection pool, a libcurl multi handle
+ * (http/pools.c says which, and why there are several); all pools share one
+ * epoll set, and an event carries its pool's index and the socket.
+ * Which sockets it watches, and why an idle connection's socket stays in
+ * it, is http/sockets.c's.
+ *
+ * Besides the jobs' calls, the loop carries auxiliary transfers (a push
+ * provider's token fetch, push/auth.c): they end in their on_done callback
+ * and do not count as calls in flight.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "core/excerpt.h"
+#include "core/notif_deliver.h"
+#include "http/http.h"
+#include "http/pools.h"
+
+#define MAX_ANSWER (16 * 1024)
+
+static int	epfd = -1;
+static int	n_inflight = 0;
+static dlist_head inflight_calls = DLIST_STATIC_INIT(inflight_calls);
+static dlist_head done_calls = DLIST_STATIC_INIT(done_calls);
+
+/*
+ * Easy handles of finished calls, kept for the next ones: a busy sender
+ * then reuses as many handles as it has calls in flight, instead of
+ * allocating and freeing one (with its buffers) per call, which let its
+ * memory drift up with malloc fragmentation.
+ *
+ * A kept handle is not reset: curl_easy_reset, and the options set again
+ * after it, were about a sixth of libcurl's work per call, together with
+ * the URL parsed per call (doc/benchmarks.md, "Levers on libcurl's own
+ * work per call").  What every call sets alike is set once per handle
+ * (handle_defaults).  start() sets every other option for each call, the
+ * ones a call does not use back to what a new handle has (or, for a body's
+ * pointers, to NULL), so that no call inherits one from the call before;
+ * and put_handle() unsets the pointers into the call that ended.
+ *
+ * A handle whose transfer failed, or was sent again by libcurl (a re-send
+ * on another connection after a kept-alive one died, or a stream the
+ * server refused), is freed instead.  libcurl 7.88 keeps state of such a
+ * transfer in the handle: the count of re-sends over the handle's life (at
+ * the sixth it fails the call instead), which only curl_easy_reset clears;
+ * and two flags that not even a reset clears: a refused stream's, which
+ * lets the handle's next transfer be re-sent on a fresh connection (an
+ * at_most_once call without a body included), and a pending rewind.  So
+ * only a new handle starts clean.  A re-send shows as a redirect time
+ * (libcurl's "follow" of the same URL), which a call never has otherwise:
+ * redirects are not followed.
+ */
+static CURL *idle_handles[NOTIF_MAX_INFLIGHT_LIMIT];
+static int	n_idle = 0;
+
+static size_t read_cb(char *buffer, size_t size, size_t nitems, void *userdata);
+static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata);
+
+/* the options that are the same for every call */
+static void
+handle_defaults(CURL *easy)
+{
+	notif_http_socket_callbacks(easy);	/* its connections' sockets can park */
+	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 1L);
+	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 2L);
+	curl_easy_setopt(easy, CURLOPT_USERAGENT, "notif_deliver/" NOTIF_SCHEMA_VERSION);
+	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, write_cb);
+	/* used only by a call without CURLOPT_POSTFIELDS (at_most_once) */
+	curl_easy_setopt(easy, CURLOPT_READFUNCTION, read_cb);
+}
+
+static CURL *
+get_handle(void)
+{
+	CURL	   *easy;
+
+	if (n_idle > 0)
+		return idle_handles[--n_idle];
+	easy = curl_easy_init();
+	if (easy)
+		handle_defaults(easy);
+	return easy;
+}
+
+/* Free the idle handles (a sender that fell idle). */
+void
+notif_http_release_idle(void)
+{
+	while (n_idle > 0)
+		curl_easy_cleanup(idle_handles[--n_idle]);
+}
+
+/*
+ * A handle whose call ended: kept for the next call, or freed when
+ * "discard" (its transfer failed or was sent again: see above) or enough
+ * are kept.
+ */
+static void
+put_handle(CURL *easy, bool discard)
+{
+	if (discard || n_idle >= notif_max_inflight)
+	{
+		curl_easy_cleanup(easy);
+		return;
+	}
+	/* nothing may point into the call that ended (it is freed) */
+	curl_easy_setopt(easy, CURLOPT_PRIVATE, NULL);
+	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, NULL);
+	curl_easy_setopt(easy, CURLOPT_HTTPHEADER, NULL);
+	curl_easy_setopt(easy, CURLOPT_WRITEDATA, NULL);
+	curl_easy_setopt(easy, CURLOPT_READDATA, NULL);
+	curl_easy_setopt(easy, CURLOPT_POSTFIELDS, NULL);
+	curl_easy_setopt(easy, CURLOPT_CURLU, NULL);
+	/* and libcurl's copy of a CA certificate goes (the next call sets its own) */
+	curl_easy_setopt(easy, CURLOPT_CAINFO_BLOB, NULL);
+	idle_handles[n_idle++] = easy;
+}
+
+/* at_most_once bodies: read once, never rewound */
+static size_t
+read_cb(char *buffer, size_t size, size_t nitems, void *userdata)
+{
+	NotifCall  *call = (NotifCall *) userdata;
+	size_t		n;
+
+	/* never so: a call without CURLOPT_POSTFIELDS has READDATA set */
+	if (call == NULL)
+		return CURL_READFUNC_ABORT;
+	n = Min(size * nitems, call->body_len - call->body_sent);
+	memcpy(buffer, call->body + call->body_sent, n);
+	call->body_sent += n;
+	return n;
+}
+
+/* keep the start of a response body, for last_error's excerpt */
+static size_t
+write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	NotifCall  *call = (NotifCall *) userdata;
+	size_t		n = size * nmemb;
+	size_t		room = sizeof(call->response) - 1 - call->response_len;
+	size_t		kept = Min(n, room);
+
+	/* a push answer or a token is read whole (it may hold a secret) */
+	if (call->answer)
+	{
+		if (call->answer->len + n <= MAX_ANSWER)
+			appendBinaryStringInfo(call->answer, ptr, n);
+		return n;
+	}
+
+	/* as received: notif_excerpt makes it printable when it is kept */
+	memcpy(call->response + call->response_len, ptr, kept);
+	call->response_len += kept;
+	if (kept < n)
+		call->response_cut = true;
+	call->response[call->response_len] = '\0';
+	return n;
+}
+
+void
+notif_http_init(void)
+{
+	if (curl_global_init(CURL_GLOBAL_ALL) != CURLE_OK)
+		elog(ERROR, "curl_global_init failed");
+	epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (epfd < 0)
+		elog(ERROR, "epoll_create1 failed: %m");
+	notif_http_sockets_init(epfd);
+	if (!notif_pools_init())
+		elog(ERROR, "curl_multi_init failed");
+}
+
+int
+notif_http_epoll_fd(void)
+{
+	return epfd;
+}
+
+int
+notif_http_inflight(void)
+{
+	return n_inflight;
+}
+
+/*
+ * The lane's configuration was read again: the connections of providers
+ * that left it close once their calls end (http/pools.c).
+ */
+void
+notif_http_config_read(const NotifTypeConf *types, int n)
+{
+	notif_pools_keep_only(types, n);
+}
+
+/* milliseconds until libcurl wants a timeout call or a spare pool closes; -1 for none */
+long
+notif_http_timeout_ms(void)
+{
+	TimestampTz next_at = notif_pools_next_at();
+	TimestampTz now;
+
+	if (next_at == 0)
+		return -1;
+	now = GetCurrentTimestamp();
+	if (now >= next_at)
+		return 0;
+	return (long) ((next_at - now + 999) / 1000);
+}
+
+/*
+ * A call's transfer leaves its pool (it ended at "when"): the handle goes
+ * back to the idle ones unless "discard" (put_handle), its request is freed,
+ * and a pool left without calls counts as unused from then.
+ */
+static void
+leave_pool(NotifCall *call, TimestampTz when, bool discard)
+{
+	HttpPool   *pool = notif_pool(call->pool);
+
+	curl_multi_remove_handle(pool->multi, call->easy);
+	notif_pool_leave(pool, when);
+	put_handle(call->easy, discard);
+	call->easy = NULL;
+	notif_free_request(call);
+}
+
+/* A call's transfer ended: what it did, and its handle back to the free list. */
+static void
+finish_call(HttpPool *pool, CURL *easy, CURLcode result)
+{
+	NotifCall  *call;
+	curl_off_t	retry_after = 0;
+	long		request_size = 0;
+	curl_off_t	resent = 0;
+
+	curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **) &call);
+	call->ended_at = GetCurrentTimestamp();
+	curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &call->http_status);
+	curl_easy_getinfo(easy, CURLINFO_REQUEST_SIZE, &request_size);
+	curl_easy_getinfo(easy, CURLINFO_RETRY_AFTER, &retry_after);
+	curl_easy_getinfo(easy, CURLINFO_HTTP_VERSION, &call->http_version);
+	curl_easy_getinfo(easy, CURLINFO_REDIRECT_TIME_T, &resent);	/* > 0: sent again */
+	call->retry_after_ms = (int64) retry_after * 1000;
+	call->outcome = notif_classify(result, call->http_status,
+								   request_size > 0 || call->body_sent > 0);
+	if (result != CURLE_OK)
+		call->error = MemoryContextStrdup(call->cxt,
+										  call->errbuf[0] ? call->errbuf : curl_easy_strerror(result));
+	else if (call->outcome != OUTCOME_ACCEPTED && call->answer == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(call->cxt);
+
+		/* never the answer as written: it may echo a key or a number */
+		call->error = notif_excerpt(call->response, call->response_len, call->response_cut);
+		MemoryContextSwitchTo(old);
+	}
+
+	/* the HTTP version a provider answers a job's call over */
+	if (call->on_done == NULL && call->http_status != 0)
+		notif_pool_answered(pool, call->http_version);
+
+	leave_pool(call, call->ended_at, result != CURLE_OK || resent > 0);
+	dlist_delete(&call->node);
+	if (call->on_done)
+	{
+		call->on_done(call);
+		return;
+	}
+	if (call->read_answer)
+		call->read_answer(call);
+	n_inflight--;
+	dlist_push_tail(&done_calls, &call->node);
+}
+
+/*
+ * The transfers that ended.  Their messages are read before any handle is
+ * removed: curl_multi_remove_handle walks the messages not yet read, so
+ * removing each as it is read would cost the square of a round's calls.
+ */
+static void
+collect_done(HttpPool *pool)
+{
+	struct
+	{
+		CURL	   *easy;
+		CURLcode	result;
+	}			done[256];
+	CURLMsg    *msg;
+	int			left;
+	int			n,
+				i;
+
+	do
+	{
+		n = 0;
+		while (n < (int) lengthof(done) &&
+			   (msg = curl_multi_info_read(pool->multi, &left)) != NULL)
+		{
+			if (msg->msg != CURLMSG_DONE)
+				continue;
+			done[n].easy = msg->easy_handle;
+			done[n].result = msg->data.result;
+			n++;
+		}
+		for (i = 0; i < n; i++)
+			finish_call(pool, done[i].easy, done[i].result);
+	} while (n == (int) lengthof(done));
+}
+
+/* Let libcurl work: on ready sockets, and on its timer when due. */
+void
+notif_http_drive(bool sockets_ready)
+{
+	HttpPool   *pool;
+	int			running;
+	int			i;
+	TimestampTz now;
+
+	if (sockets_ready)
+	{
+		struct epoll_event evs[64];
+		int			n;
+
+		while ((n = epoll_wait(epfd, evs, lengthof(evs), 0)) > 0)
+		{
+			for (i = 0; i < n; i++)
+			{
+				curl_socket_t fd = (curl_socket_t) (uint32) evs[i].data.u64;
+				int			flags = 0;
+
+				if (notif_http_socket_stray(fd))
+					continue;	/* a parked socket: not libcurl's now */
+
+				if (evs[i].events & (EPOLLIN | EPOLLHUP))
+					flags |= CURL_CSELECT_IN;
+				if (evs[i].events & EPOLLOUT)
+					flags |= CURL_CSELECT_OUT;
+				if (evs[i].events & EPOLLERR)
+					flags |= CURL_CSELECT_ERR;
+				pool = notif_pool((int) (evs[i].data.u64 >> 32));
+				if (pool->multi == NULL)
+				{
+					/* its pool closed (none should be left): never spin on it */
+					notif_http_socket_drop(fd);
+					continue;
+				}
+				curl_multi_socket_action(pool->multi, fd, flags, &running);
+			}
+			if (n < (int) lengthof(evs))
+				break;
+		}
+	}
+	now = GetCurrentTimestamp();
+	for (i = 0; i < notif_pools_count(); i++)
+	{
+		pool = notif_pool(i);
+
+		if (pool->multi == NULL)
+			continue;			/* a spare pool, closed */
+		if (pool->timer_at != 0 && now >= pool->timer_at)
+		{
+			pool->timer_at = 0;
+			curl_multi_socket_action(pool->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+		}
+		collect_done(pool);
+	}
+	notif_pools_close_unused(now);
+}
+
+/* A call whose options could not be set: nothing was sent. */
+static bool
+not_started(NotifCall *call, CURL *easy, CURLcode rc)
+{
+	MemoryContext old = MemoryContextSwitchTo(call->cxt);
+
+	put_handle(easy, true);
+	call->easy = NULL;
+	call->error = psprintf("could not start the call: %s", curl_easy_strerror(rc));
+	MemoryContextSwitchTo(old);
+	return false;
+}
+
+/*
+ * Start a call whose request is built.  Returns false, with call->error
+ * set, when it could not start (nothing was sent).  Never throws: the job
+ * is already committed as claimed.
+ */
+static bool
+start(NotifCall *call)
+{
+	CURL	   *easy = get_handle();
+	HttpPool   *pool = notif_pool_for(call);
+	CURLcode	rc;
+
+	if (easy == NULL)
+	{
+		call->error = "could not start the call: curl_easy_init failed";
+		return false;
+	}
+	call->easy = easy;
+	call->errbuf[0] = '\0';
+	call->body_sent = 0;
+
+	/* every option that a call may set, for each call: see put_handle */
+	curl_easy_setopt(easy, CURLOPT_PRIVATE, call);
+
+	/*
+	 * The URL parsed once (libcurl then uses it and need not parse the
+	 * string), or NULL; set before the string, because libcurl 8 forgets
+	 * the string when CURLOPT_CURLU is set (even to NULL): a call without
+	 * a parsed URL on a handle whose last call had one would then fail with
+	 * "No URL set".  The string is given all the same, so that what libcurl
+	 * holds as the transfer's URL is this call's, not the one before.
+	 */
+	curl_easy_setopt(easy, CURLOPT_CURLU, call->curlu);
+	rc = curl_easy_setopt(easy, CURLOPT_URL, call->url);
+	if (rc != CURLE_OK)
+	{
+		/*
+		 * Not started: libcurl would fail the transfer before it clears the
+		 * last call's answer, which would then be read as this call's.
+		 */
+		return not_started(call, easy, rc);
+	}
+	if (pool->max_connections > 0)
+	{
+		/* HTTP/2 where TLS offers it; wait for a stream, not a new connection */
+		curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_2TLS);
+		curl_easy_setopt(easy, CURLOPT_PIPEWAIT, 1L);
+	}
+	else
+	{
+		curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_1_1);
+		curl_easy_setopt(easy, CURLOPT_PIPEWAIT, 0L);
+	}
+	if (call->ca_cert)
+	{
+		struct curl_blob blob = {call->ca_cert, strlen(call->ca_cert), CURL_BLOB_COPY};
+
+		rc = curl_easy_setopt(easy, CURLOPT_CAINFO_BLOB, &blob);
+		if (rc != CURLE_OK)
+		{
+			/* else the call would trust the system's CAs, not the provider's */
+			return not_started(call, easy, rc);
+		}
+	}
+	else
+		curl_easy_setopt(easy, CURLOPT_CAINFO_BLOB, NULL);	/* the system's */
+	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, call->timeout_ms);
+	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, call->connect_timeout_ms);
+	curl_easy_setopt(easy, CURLOPT_HTTPHEADER, call->headers);
+	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, call->errbuf);
+	curl_easy_setopt(easy, CURLOPT_WRITEDATA, call);
+
+	/*
+	 * Without a body byte to fail to rewind, libcurl would re-send an
+	 * at_most_once request silently: such requests use a new connection.
+	 */
+	curl_easy_setopt(easy, CURLOPT_FRESH_CONNECT,
+					 (long) (call->job.delivery == AT_MOST_ONCE && call->body_len == 0));
+
+	if (call->body == NULL)
+	{
+		curl_easy_setopt(easy, CURLOPT_POSTFIELDS, NULL);
+		curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
+		curl_easy_setopt(easy, CURLOPT_READDATA, NULL);
+	}
+	else
+	{
+		curl_easy_setopt(easy, CURLOPT_POST, 1L);
+		curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) call->body_len);
+		if (call->job.delivery == AT_MOST_ONCE)
+		{
+			/*
+			 * Read through read_cb, and no CURLOPT_SEEKFUNCTION: libcurl
+			 * cannot send it twice.  CURLOPT_POSTFIELDS would be used
+			 * instead of the callback: it must be unset.
+			 */
+			curl_easy_setopt(easy, CURLOPT_POSTFIELDS, NULL);
+			curl_easy_setopt(easy, CURLOPT_READDATA, call);
+		}
+		else
+		{
+			curl_easy_setopt(easy, CURLOPT_POSTFIELDS, call->body);
+			curl_easy_setopt(easy, CURLOPT_READDATA, NULL);
+		}
+	}
+
+	if (call->answer)
+		resetStringInfo(call->answer);
+	else if (call->on_done || call->read_answer)
+	{
+		MemoryContext old = MemoryContextSwitchTo(call->cxt);
+
+		call->answer = makeStringInfo();
+		MemoryContextSwitchTo(old);
+	}
+
+	call->started_at = GetCurrentTimestamp();
+	if (curl_multi_add_handle(pool->multi, easy) != CURLM_OK)
+	{
+		put_handle(easy, true);
+		call->easy = NULL;
+		call->error = "could not start the call: curl_multi_add_handle failed";
+		return false;
+	}
+	call->pool = pool->index;
+	notif_pool_enter(pool);
+	dlist_push_tail(&inflight_calls, &call->node);
+	/* libcurl now asks for a 0 ms timer: the next notif_http_drive() starts it */
+	return true;
+}
+
+bool
+notif_http_start(NotifCall *call)
+{
+	if (!start(call))
+		return false;
+	n_inflight++;
+	return true;
+}
+
+/*
+ * Start a transfer that is not a job's call (a token fetch): it ends in
+ * call->on_done, which owns the call from then on; not counted in flight.
+ */
+bool
+notif_http_start_aux(NotifCall *call)
+{
+	Assert(call->on_done != NULL);
+	return start(call);
+}
+
+/*
+ * Drop every call in flight (shutdown): they end now, their result unknown
+ * (the provider may or may not have acted).
+ */
+void
+notif_http_abort_all(const char *reason)
+{
+	dlist_mutable_iter iter;
+
+	dlist_foreach_modify(iter, &inflight_calls)
+	{
+		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
+
+		call->ended_at = GetCurrentTimestamp();
+		leave_pool(call, call->ended_at, true);
+		call->outcome = OUTCOME_UNKNOWN;
+		call->error = MemoryContextStrdup(call->cxt, reason);
+		dlist_delete(&call->node);
+		if (call->on_done)
+		{
+			call->on_done(call);
+			continue;
+		}
+		n_inflight--;
+		dlist_push_tail(&done_calls, &call->node);
+	}
+}
+
+/* The next finished call, or NULL. */
+NotifCall *
+notif_http_next_done(void)
+{
+	if (dlist_is_empty(&done_calls))
+		return NULL;
+	return dlist_container(NotifCall, node, dlist_pop_head_node(&done_calls));
+}

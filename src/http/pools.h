@@ -1,0 +1,40 @@
+/*-------------------------------------------------------------------------
+ *
+ * http/pools.h
+ *      A sender's libcurl connection pools (http/pools.c), for its event
+ *      loop (http.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef NOTIF_HTTP_POOLS_H
+#define NOTIF_HTTP_POOLS_H
+
+#include "lifecycle/delivery.h"
+#include "core/notif_deliver.h"
+
+typedef struct HttpPool
+{
+	int			index;			/* in the pools: events and calls carry it */
+	char		provider[NOTIF_NAME_MAXLEN];	/* "": a plain-http pool */
+	CURLM	   *multi;			/* NULL: closed (a spare plain pool, or a
+								 * provider's that left the lane) */
+	TimestampTz timer_at;		/* 0: no libcurl timer pending */
+	long		max_connections;	/* 0: no cap */
+	bool		http1_seen;		/* answered over HTTP/1.x: cap lifted */
+	int			calls;			/* transfers in it now */
+	TimestampTz unused_since;	/* calls fell to 0 then; 0: in use, or closed */
+	bool		retired;		/* its provider left the lane: closes when unused */
+} HttpPool;
+
+extern bool notif_pools_init(void);
+extern int	notif_pools_count(void);
+extern HttpPool *notif_pool(int i);
+extern HttpPool *notif_pool_for(NotifCall *call);
+extern void notif_pool_enter(HttpPool *pool);
+extern void notif_pool_leave(HttpPool *pool, TimestampTz when);
+extern void notif_pool_answered(HttpPool *pool, long http_version);
+extern TimestampTz notif_pools_next_at(void);
+extern void notif_pools_close_unused(TimestampTz now);
+extern void notif_pools_keep_only(const NotifTypeConf *types, int n);
+
+#endif							/* NOTIF_HTTP_POOLS_H */

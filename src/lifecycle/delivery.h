@@ -1,0 +1,145 @@
+/*-------------------------------------------------------------------------
+ *
+ * delivery.h
+ *      What a sender works with: the configuration of its lane's types and
+ *      their providers, and one provider call in flight.  Shared by the
+ *      sender loop (sender.c), its SQL (job_sql.c), the request builder
+ *      (request.c) and the libcurl event loop (http.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef NOTIF_DELIVERY_H
+#define NOTIF_DELIVERY_H
+
+#include <curl/curl.h>
+
+#include "lib/ilist.h"
+#include "lib/stringinfo.h"
+#include "utils/jsonb.h"
+
+#include "lifecycle/job_state.h"
+
+/* how a provider authenticates: a token the sender signs (push/auth.c) */
+typedef enum NotifAuth
+{
+	AUTH_NONE,
+	AUTH_GOOGLE_SERVICE_ACCOUNT,
+	AUTH_APNS_TOKEN
+} NotifAuth;
+
+typedef enum NotifFormat
+{
+	FORMAT_JSON,
+	FORMAT_FORM,
+	FORMAT_QUERY,
+	FORMAT_FCM,					/* FCM HTTP v1: {"message": payload} */
+	FORMAT_APNS					/* APNs: POST /3/device/<token> */
+} NotifFormat;
+
+/* a provider, as read from notif_provider */
+typedef struct NotifProviderConf
+{
+	char	   *name;
+	char	   *url;			/* NULL: not configured, its jobs wait */
+	CURLU	   *curlu;			/* url parsed once, or NULL (request.c) */
+	NotifFormat format;
+	struct curl_slist *headers; /* static headers, "Name: value" */
+	char	   *idempotency_header;
+	long		timeout_ms;
+	long		connect_timeout_ms;
+	int			max_inflight;
+	double		rate_limit;		/* requests/s, 0 = none */
+	char	   *ref_field;		/* top-level field carrying the key, or NULL */
+	NotifAuth	auth;			/* a token the sender signs (push/auth.c) */
+	Jsonb	   *credentials;	/* for auth; secret */
+	int			max_connections;	/* HTTP/2 connections per lane */
+	char	   *ca_cert;		/* PEM CA certificates, or NULL */
+	int			throttle;		/* its throttle handle (throttle.c) */
+} NotifProviderConf;
+
+/* a type of the lane, as read from notif_type, with its provider */
+typedef struct NotifTypeConf
+{
+	char	   *code;
+	NotifDelivery delivery;
+	int			priority;
+	NotifRetryPolicy policy;
+	NotifProviderConf provider;
+} NotifTypeConf;
+
+/* a job held by a sender, as its claim left it */
+typedef struct NotifJobRef
+{
+	int64		id;
+	int			tries;			/* after the claim: this call's try number */
+	int			earlier_tries;	/* tries before the job's last re-drive */
+	NotifDelivery delivery;		/* its type's, when claimed */
+	int64		claimed_by;		/* the sender's incarnation */
+	TimestampTz deadline_at;	/* 0: none */
+	NotifRetryPolicy policy;	/* its type's */
+} NotifJobRef;
+
+/* one provider call, from claim to recorded result */
+typedef struct NotifCall NotifCall;
+struct NotifCall
+{
+	dlist_node	node;
+	MemoryContext cxt;			/* everything below lives here */
+
+	NotifJobRef job;			/* the job, as claimed */
+	long		timeout_ms;		/* the provider's, at the claim */
+	long		connect_timeout_ms;
+	int			throttle;		/* its provider's throttle handle */
+
+	/* the request */
+	CURL	   *easy;
+	char	   *url;
+	CURLU	   *curlu;			/* url parsed: the provider's, copied; or NULL */
+	char	   *body;			/* NULL for GET */
+	size_t		body_len;
+	size_t		body_sent;		/* read-callback position */
+	struct curl_slist *headers;
+	char		errbuf[CURL_ERROR_SIZE];
+	const char *provider;		/* its name: the connection pool (http.c) */
+	NotifFormat format;
+	int			max_connections;
+	char	   *ca_cert;		/* NULL: the system's trust store */
+	char	   *push_token;		/* fcm/apns: the device token, for notif_unregistered */
+	char	   *refused;		/* why the payload cannot be sent (no call) */
+	uint64		auth_generation;	/* of the token it carries (push/auth.c) */
+	void		(*on_done) (NotifCall *call);	/* not a job's call (a token fetch) */
+	/*
+	 * How the answer is read, set by the request's builder (push/: an FCM or
+	 * APNs answer says more than its status); NULL: the status is all.  The
+	 * transport keeps the whole body for it and calls it when the call ends.
+	 */
+	void		(*read_answer) (NotifCall *call);
+	bool		headers_secret; /* wiped when freed: they carry a token */
+	void	   *on_done_arg;
+	int			pool;			/* http.c's connection pool, while in flight */
+
+	/* the result */
+	TimestampTz started_at;
+	TimestampTz ended_at;
+	NotifOutcome outcome;
+	long		http_status;
+	int64		retry_after_ms;
+	char	   *error;
+	char		response[256];	/* start of a non-2xx response body */
+	size_t		response_len;
+	bool		response_cut;	/* more came than response holds */
+	StringInfo	answer;			/* the whole body (up to 16 kB), when wanted */
+	long		http_version;	/* CURL_HTTP_VERSION_* the answer came over */
+	/* what push/answer.c read in an FCM or APNs answer */
+	char	   *reason;			/* the platform's reason, for last_error */
+	bool		unregistered;	/* the device token is dead */
+	bool		device_busy;	/* a 429 for this device only: no provider pause */
+	TimestampTz unregistered_at;	/* the platform's timestamp, or the answer's */
+};
+
+/* delivery.c */
+extern const NotifProviderConf *notif_lane_provider(const NotifTypeConf *types, int n,
+													const char *name);
+extern void notif_free_request(NotifCall *call);
+
+#endif							/* NOTIF_DELIVERY_H */

@@ -1,0 +1,256 @@
+/*-------------------------------------------------------------------------
+ *
+ * push/payload.c
+ *      What an 'fcm' or 'apns' payload must look like, checked twice: by
+ *      notif_enqueue (refused with SQLSTATE 22023, nothing written) and by
+ *      the sender before a call (a type moved to such a provider: the job
+ *      fails with the reason, and no call is made).
+ *
+ *   fcm    FCM's message object: exactly one of "token", "topic",
+ *          "condition" (non-empty strings); "data" a map of strings;
+ *          "notification", "android", "apns", "webpush", "fcm_options"
+ *          objects; no other member
+ *   apns   {"device_token": "<hex>", "headers": {name: "value"}, ...body}:
+ *          header names HTTP tokens (not authorization, which the sender
+ *          sets), values single-line strings; the body (the payload without
+ *          device_token and headers) at most 4096 bytes as sent
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/jsonb.h"
+
+#include "push/push.h"
+
+#define APNS_MAX_BODY 4096
+#define APNS_MAX_TOKEN_LEN 200
+
+static bool
+key_is(JsonbValue *k, const char *name)
+{
+	return k->val.string.len == (int) strlen(name) &&
+		memcmp(k->val.string.val, name, k->val.string.len) == 0;
+}
+
+static JsonbValue *
+get(Jsonb *jb, const char *name)
+{
+	return getKeyJsonValueFromContainer(&jb->root, name, strlen(name), NULL);
+}
+
+static bool
+is_object(JsonbValue *v)
+{
+	return v->type == jbvBinary && JsonContainerIsObject(v->val.binary.data);
+}
+
+/* an HTTP token (RFC 9110 5.6.2) */
+static bool
+is_http_token(const char *s, int len)
+{
+	int			i;
+
+	if (len == 0)
+		return false;
+	for (i = 0; i < len; i++)
+	{
+		unsigned char c = (unsigned char) s[i];
+
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  strchr("!#$%&'*+-.^_`|~", c) != NULL) || c == '\0')
+			return false;
+	}
+	return true;
+}
+
+static char *
+fcm_error(Jsonb *payload)
+{
+	static const char *const targets[] = {"token", "topic", "condition"};
+	static const char *const objects[] = {"notification", "android", "apns", "webpush",
+	"fcm_options"};
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	int			n_targets = 0;
+	int			i;
+	JsonbValue *data;
+
+	for (i = 0; i < (int) lengthof(targets); i++)
+	{
+		JsonbValue *t = get(payload, targets[i]);
+
+		if (t == NULL)
+			continue;
+		if (t->type != jbvString || t->val.string.len == 0)
+			return psprintf("\"%s\" must be a non-empty string", targets[i]);
+		n_targets++;
+	}
+	if (n_targets != 1)
+		return pstrdup(n_targets == 0
+					   ? "it names no target: give one of \"token\", \"topic\", \"condition\""
+					   : "it names more than one target: give exactly one of \"token\", \"topic\", \"condition\"");
+
+	for (i = 0; i < (int) lengthof(objects); i++)
+	{
+		JsonbValue *o = get(payload, objects[i]);
+
+		if (o && !is_object(o))
+			return psprintf("\"%s\" must be an object", objects[i]);
+	}
+
+	data = get(payload, "data");
+	if (data)
+	{
+		JsonbValue	k = {0};
+
+		if (!is_object(data))
+			return pstrdup("\"data\" must be an object (a map of strings)");
+		it = JsonbIteratorInit(data->val.binary.data);
+		while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+		{
+			if (tok == WJB_KEY)
+				k = v;
+			else if (tok == WJB_VALUE && v.type != jbvString)
+				return psprintf("\"data\" is a map of strings, but \"data\".\"%.*s\" is not a string",
+								Min(k.val.string.len, 64), k.val.string.val);
+		}
+	}
+
+	/* no member FCM does not define (a typo would be a 400 at every call) */
+	it = JsonbIteratorInit(&payload->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (tok != WJB_KEY)
+			continue;
+		if (!key_is(&v, "token") && !key_is(&v, "topic") && !key_is(&v, "condition") &&
+			!key_is(&v, "data") && !key_is(&v, "notification") && !key_is(&v, "android") &&
+			!key_is(&v, "apns") && !key_is(&v, "webpush") && !key_is(&v, "fcm_options") &&
+			!key_is(&v, "name"))
+			return psprintf("FCM's message has no member \"%.*s\"",
+							Min(v.val.string.len, 64), v.val.string.val);
+	}
+	return NULL;
+}
+
+/* the APNs request body: the payload without device_token and headers */
+Jsonb *
+notif_apns_body(Jsonb *payload)
+{
+	Datum		drop[2] = {CStringGetTextDatum("device_token"), CStringGetTextDatum("headers")};
+	ArrayType  *keys = construct_array(drop, 2, TEXTOID, -1, false, TYPALIGN_INT);
+
+	return DatumGetJsonbP(DirectFunctionCall2(jsonb_delete_array, JsonbPGetDatum(payload),
+											  PointerGetDatum(keys)));
+}
+
+static char *
+apns_error(Jsonb *payload)
+{
+	JsonbValue *t = get(payload, "device_token");
+	JsonbValue *h = get(payload, "headers");
+	Jsonb	   *body;
+	char	   *text;
+	int			i;
+
+	if (t == NULL)
+		return pstrdup("it has no \"device_token\"");
+	if (t->type != jbvString || t->val.string.len == 0)
+		return pstrdup("\"device_token\" must be a non-empty string of hex digits");
+	if (t->val.string.len > APNS_MAX_TOKEN_LEN)
+		return psprintf("\"device_token\" is longer than %d characters", APNS_MAX_TOKEN_LEN);
+	for (i = 0; i < t->val.string.len; i++)
+		if (!isxdigit((unsigned char) t->val.string.val[i]))
+			return pstrdup("\"device_token\" must be hex digits only");
+
+	if (h)
+	{
+		JsonbIterator *it;
+		JsonbValue	v,
+					k = {0};
+		JsonbIteratorToken tok;
+
+		if (!is_object(h))
+			return pstrdup("\"headers\" must be an object of header names and string values");
+		it = JsonbIteratorInit(h->val.binary.data);
+		while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+		{
+			if (tok == WJB_KEY)
+			{
+				k = v;
+				if (!is_http_token(v.val.string.val, v.val.string.len))
+					return psprintf("\"headers\": \"%.*s\" is not a header name",
+									Min(v.val.string.len, 64), v.val.string.val);
+				if (pg_strncasecmp(v.val.string.val, "authorization", v.val.string.len) == 0 &&
+					v.val.string.len == 13)
+					return pstrdup("\"headers\": authorization is set by the sender");
+			}
+			else if (tok == WJB_VALUE)
+			{
+				if (v.type != jbvString)
+					return psprintf("\"headers\": the value of \"%.*s\" must be a string",
+									Min(k.val.string.len, 64), k.val.string.val);
+				for (i = 0; i < v.val.string.len; i++)
+					if (v.val.string.val[i] == '\r' || v.val.string.val[i] == '\n' ||
+						v.val.string.val[i] == '\0')
+						return psprintf("\"headers\": the value of \"%.*s\" must be one line",
+										Min(k.val.string.len, 64), k.val.string.val);
+			}
+		}
+	}
+
+	body = notif_apns_body(payload);
+	text = JsonbToCString(NULL, &body->root, VARSIZE(body));
+	if (strlen(text) > APNS_MAX_BODY)
+		return psprintf("the body (the payload without device_token and headers) is %zu bytes; APNs takes at most %d",
+						strlen(text), APNS_MAX_BODY);
+	return NULL;
+}
+
+/*
+ * Why a payload cannot go to a provider of this format, or NULL when it
+ * can (and for formats without rules).
+ */
+char *
+notif_push_payload_error(NotifFormat format, Jsonb *payload)
+{
+	if (format != FORMAT_FCM && format != FORMAT_APNS)
+		return NULL;
+	if (!JB_ROOT_IS_OBJECT(payload) || JB_ROOT_IS_SCALAR(payload))
+		return pstrdup("it must be a JSON object");
+	return format == FORMAT_FCM ? fcm_error(payload) : apns_error(payload);
+}
+
+/* notif_enqueue's check: refuse, naming the format and the rule */
+void
+notif_push_check_payload(NotifFormat format, Jsonb *payload, const char *kind)
+{
+	char	   *error = notif_push_payload_error(format, payload);
+
+	if (error)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("payload is not a valid %s message: %s",
+						format == FORMAT_FCM ? "FCM" : "APNs", error),
+				 errdetail("Notification type \"%s\" goes to a provider of format '%s'.",
+						   kind, format == FORMAT_FCM ? "fcm" : "apns")));
+}
+
+NotifFormat
+notif_format_from_string(const char *s)
+{
+	if (strcmp(s, "form") == 0)
+		return FORMAT_FORM;
+	if (strcmp(s, "query") == 0)
+		return FORMAT_QUERY;
+	if (strcmp(s, "fcm") == 0)
+		return FORMAT_FCM;
+	if (strcmp(s, "apns") == 0)
+		return FORMAT_APNS;
+	return FORMAT_JSON;
+}

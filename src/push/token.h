@@ -1,0 +1,49 @@
+/*-------------------------------------------------------------------------
+ *
+ * token.h
+ *      Push credentials and the JWTs signed with them (token.c): Google
+ *      service-account assertions (RS256) and APNs provider tokens (ES256).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef NOTIF_TOKEN_H
+#define NOTIF_TOKEN_H
+
+#include "utils/jsonb.h"
+
+#include "lifecycle/delivery.h"
+
+
+struct evp_pkey_st;				/* OpenSSL's EVP_PKEY */
+
+/*
+ * Credentials, parsed.  Everything here is secret or sits next to a
+ * secret: it is never logged, and notif_credentials_free() wipes it.
+ */
+typedef struct NotifCredentials
+{
+	NotifAuth	auth;
+	/* google_service_account */
+	char	   *client_email;
+	char	   *token_uri;
+	char	   *project_id;
+	char	   *private_key_id; /* NULL if absent */
+	/* apns_token */
+	char	   *key_id;
+	char	   *team_id;
+	/* both */
+	struct evp_pkey_st *pkey;
+} NotifCredentials;
+
+#define NOTIF_FCM_SCOPE "https://www.googleapis.com/auth/firebase.messaging"
+#define NOTIF_JWT_BEARER_GRANT "urn:ietf:params:oauth:grant-type:jwt-bearer"
+
+extern NotifAuth notif_auth_from_string(const char *s);
+extern bool notif_credentials_parse(NotifAuth auth, Jsonb *credentials,
+									NotifCredentials *out, char **error);
+extern void notif_credentials_free(NotifCredentials *c);
+extern char *notif_jwt_google(const NotifCredentials *c, int64 iat);
+extern char *notif_jwt_apns(const NotifCredentials *c, int64 iat);
+extern char *notif_base64url(const unsigned char *data, size_t len);
+
+#endif							/* NOTIF_TOKEN_H */

@@ -1,0 +1,164 @@
+/*-------------------------------------------------------------------------
+ *
+ * sender/results.c
+ *      What a lane's sender records in its round: the result of each call
+ *      that ended, and of each job a stopped sender left in flight (its
+ *      call's outcome is unknown).  job_state.c decides what each job
+ *      becomes; this builds the one result record job_sql.c writes, and
+ *      runs it (passing over jobs another session holds, when one did).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+#include "store/job_sql.h"
+#include "sender/sender.h"
+
+/*
+ * What to record for one call of a job that ended (EVENT_CALL_ENDED) or
+ * whose sender was lost during it (EVENT_SENDER_LOST).
+ */
+static void
+make_result(NotifResult *r, NotifEvent event, const NotifJobRef *job,
+			NotifOutcome outcome, long http_status, const char *error,
+			TimestampTz started_at, TimestampTz ended_at, int64 retry_after_ms,
+			TimestampTz now)
+{
+	r->job_id = job->id;
+	r->tries = job->tries;
+	r->earlier_tries = job->earlier_tries;
+	r->expected_status = (NotifStatus) notif_claim_row(job->delivery, false)->to;
+	r->claimed_by = job->claimed_by;
+	r->outcome = outcome;
+	r->http_status = http_status;
+	r->started_at = started_at;
+	r->ended_at = ended_at;
+	r->next = notif_after_call(event, job->delivery, outcome, job->tries, &job->policy,
+							   now, job->deadline_at, retry_after_ms);
+	r->error = r->next.row->note ? r->next.row->note : error;
+	if (r->next.status == STATUS_SENT && r->expected_status != STATUS_SENT)
+		r->sent_at = ended_at;	/* at_most_once's was set by its claim */
+}
+
+/* the incarnations of the live senders are read onto the stack */
+StaticAssertDecl(NOTIF_MAX_LANES_LIMIT * sizeof(int64) <= 8192,
+				 "one incarnation per lane must fit on a sender's stack");
+
+static bool
+is_live(int64 incarnation, const int64 *live, int n_live)
+{
+	int			i;
+
+	for (i = 0; i < n_live; i++)
+		if (live[i] == incarnation)
+			return true;
+	return false;
+}
+
+/*
+ * Recover the jobs left in flight by senders that are gone, of any type and
+ * any lane.  A sender records its incarnation in shared memory before it
+ * claims anything, so the senders alive are read again after the query: a
+ * job claimed by a sender that started meanwhile is not touched.
+ */
+void
+sender_recover_orphans(void)
+{
+	int64		live[NOTIF_MAX_LANES_LIMIT];
+	int			n_live = notif_live_incarnations(live);
+	NotifOrphanJob *orphans;
+	NotifResult *results;
+	TimestampTz now = GetCurrentTimestamp();
+	int			n,
+				i,
+				k = 0;
+
+	n = notif_sql_orphans(live, n_live, sender.round_cxt, &orphans);
+	if (n == 0)
+		return;
+	n_live = notif_live_incarnations(live);
+
+	results = palloc0(sizeof(NotifResult) * n);
+	for (i = 0; i < n; i++)
+	{
+		NotifOrphanJob *o = &orphans[i];
+
+		if (is_live(o->job.claimed_by, live, n_live))
+			continue;
+		make_result(&results[k++], EVENT_SENDER_LOST, &o->job, OUTCOME_UNKNOWN, 0, NULL,
+					o->claimed_at ? o->claimed_at : now, now, 0, now);
+	}
+	if (k == 0)
+		return;
+	notif_sql_record(results, k, NULL);
+	ereport(LOG,
+			(errmsg("notif_deliver sender of lane \"%s\": recovered %d job(s) left in flight by a stopped sender",
+					sender.lane, k)));
+}
+
+/*
+ * Record the round's results (see SENDER_RECORD_LOCK_WAIT): the usual
+ * record, which waits for a job's lock (a WAL record less per job than
+ * locking first), or while record_passing, the one that passes over
+ * locked jobs and says which in passed[].
+ */
+void
+sender_record(NotifResult *results, int n, bool *passed)
+{
+	if (sender.record_passing)
+	{
+		notif_sql_record(results, n, passed);
+		return;
+	}
+	/* transaction-local (a source above the session value's PGC_S_OVERRIDE) */
+	(void) set_config_option("lock_timeout", SENDER_RECORD_LOCK_WAIT, PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+	sender.recording = true;
+	notif_sql_record(results, n, NULL);
+	sender.recording = false;
+	(void) set_config_option("lock_timeout", NOTIF_LOCK_TIMEOUT, PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+}
+
+/* Results passed over for a lock: to be recorded again, when due or when forced. */
+void
+sender_retake_passed(bool force)
+{
+	if (!dlist_is_empty(&sender.passed) && (force || sender.passed_at <= GetCurrentTimestamp()))
+		while (!dlist_is_empty(&sender.passed))
+			dlist_push_tail(&sender.finished, dlist_pop_head_node(&sender.passed));
+}
+
+/* The results of the finished calls, as job_sql.c records them. */
+int
+sender_finished_results(NotifResult **out)
+{
+	dlist_iter	iter;
+	int			n = 0;
+	NotifResult *results;
+	TimestampTz now = GetCurrentTimestamp();
+
+	dlist_foreach(iter, &sender.finished)
+		n++;
+	results = palloc0(sizeof(NotifResult) * Max(n, 1));
+	n = 0;
+	dlist_foreach(iter, &sender.finished)
+	{
+		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
+		int64		retry_after = (call->http_status == 429 || call->http_status == 503)
+		? call->retry_after_ms : 0;
+		const char *error = call->error;
+
+		if (error && call->http_status != 0 && call->outcome != OUTCOME_ACCEPTED)
+			error = psprintf("HTTP %ld%s%s", call->http_status, error[0] ? ": " : "", error);
+		make_result(&results[n++], EVENT_CALL_ENDED, &call->job, call->outcome,
+					call->http_status, error, call->started_at, call->ended_at,
+					retry_after, now);
+	}
+	*out = results;
+	return n;
+}
+

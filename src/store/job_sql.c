@@ -1,0 +1,572 @@
+/*-------------------------------------------------------------------------
+ *
+ * job_sql.c
+ *      All the SQL the launcher and the senders run, in one place, as
+ *      prepared plans.  "%s" stands for the extension's schema.
+ *
+ * The workers run with search_path = pg_catalog, so operators resolve
+ * there; tables are schema-qualified.
+ *
+ * Plans are saved once per process, and a bulk enqueue can make notif_job
+ * a hundred times bigger in one statement without invalidating them (an
+ * ANALYZE would).  So the statements a sender runs at every round (the
+ * claim, the record) are written to have one right plan whatever the
+ * sizes: each job found by primary key, the due jobs taken in order from
+ * notif_active's due index.  They are planned once, generic, under
+ * planner_policy.c's rules (no sequential, bitmap, hash or merge plans;
+ * the job tables reckoned big whatever their size), so that no statistics,
+ * stale or fresh, can make a walk of a whole table look cheaper.  (Planning
+ * them at each execution instead, with the sizes known, took 8-9% of a
+ * sender's CPU in a steady drain: doc/benchmarks.md.)
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "store/job_sql.h"
+#include "store/spi_values.h"
+#include "core/notif_deliver.h"
+
+/* the types of a lane, with their providers (paused types left out) */
+static const char *const sql_lane_types =
+"SELECT t.code, t.delivery, t.max_tries, t.priority,"
+"       (extract(epoch FROM t.backoff_min) * 1000)::int8,"
+"       (extract(epoch FROM t.backoff_max) * 1000)::int8,"
+"       p.name,"
+"       coalesce(p.url, CASE WHEN p.format = 'fcm' AND p.auth = 'google_service_account'"
+"                            THEN 'https://fcm.googleapis.com/v1/projects/'"
+"                                 || (p.credentials ->> 'project_id') || '/messages:send' END),"
+"       p.format, p.headers, p.idempotency_header,"
+"       greatest(1, ceil(extract(epoch FROM p.timeout) * 1000))::int8,"
+"       greatest(1, ceil(extract(epoch FROM p.connect_timeout) * 1000))::int8,"
+"       p.max_inflight, p.rate_limit::float8, p.ref_field,"
+"       p.auth, p.credentials, p.max_connections, p.ca_cert"
+"  FROM %s.notif_type t JOIN %s.notif_provider p ON p.name = t.provider"
+" WHERE t.lane = $1 AND NOT t.paused"
+" ORDER BY t.priority DESC, t.code";
+
+/*
+ * Claim due jobs of one type, writing what job_state.c's claim rows say
+ * (the sender passes them): $4 the status of a claimed job, $5 the change
+ * of its tries, $6 the status of a job whose deadline has passed, $7 the
+ * last_error that one gets.  A late job is not held and has no call; a
+ * claimed one is held by the sender ($3).  sent_at is set when a status
+ * becomes 'sent'.
+ * The due jobs come from notif_active: "work" takes its first $2 due rows
+ * of the type whose job is queued, in next_at order, locking them and
+ * skipping any another transaction holds (another sender's claim); "due"
+ * then locks their jobs, skipping any another transaction holds
+ * (notif_cancel, notif_retry, a user's lock), and checks again that each
+ * is queued; so a claim never waits.  "claimed" and "overdue" write the jobs;
+ * their work rows then say who holds them, or go with the late jobs.  A
+ * work row whose job is not queued (it cannot be, short of a hand-made
+ * one) is passed over, never claimed.
+ * Generic (see the top), and written so that the planner has no choice to
+ * get wrong: "work" reads notif_active alone in the due index's order (the
+ * job's status is a subquery, one primary-key probe per row), and every
+ * other step names its rows by primary key, = ANY of the array of the step
+ * before; there is no join.  Each join there was (with "due" and with
+ * "claimed") could be planned the wrong way round: the whole table read,
+ * each row matched against every claimed job, when the plan was made with
+ * the table empty (an idle sender claims at each poll_interval, and plans
+ * again after an ANALYZE): 1.7 s for a claim of 200 with 50,000 jobs
+ * queued.  And as one join of notif_active and notif_job, the planner
+ * could drive "work" from notif_job's primary key, read every job and
+ * sort: 335 ms instead of 2 (doc/benchmarks.md).
+ */
+static const char *const sql_claim =
+"WITH work AS MATERIALIZED ("
+"    SELECT a.job_id"
+"      FROM %s.notif_active a"
+"     WHERE a.kind = $1 AND a.claimed_by IS NULL AND a.next_at <= now()"
+"       AND (SELECT j.status FROM %s.notif_job j WHERE j.id = a.job_id) = 'queued'"
+"     ORDER BY a.next_at"
+"     LIMIT $2"
+"       FOR UPDATE OF a SKIP LOCKED),"
+" due AS MATERIALIZED ("
+"    SELECT j.id, coalesce(j.deadline_at <= now(), false) AS late"
+"      FROM %s.notif_job j"
+"     WHERE j.id = ANY (ARRAY (SELECT w.job_id FROM work w)) AND j.status = 'queued'"
+"       FOR NO KEY UPDATE OF j SKIP LOCKED),"
+" claimed AS ("
+"    UPDATE %s.notif_job j"
+"       SET status = $4,"
+"           tries = j.tries + $5,"
+"           sent_at = CASE WHEN $4 = 'sent' THEN now() ELSE j.sent_at END,"
+"           claimed_by = $3,"
+"           claimed_at = now()"
+"     WHERE j.id = ANY (ARRAY (SELECT d.id FROM due d WHERE NOT d.late))"
+"    RETURNING j.id, j.user_id, j.order_id, j.payload, false AS late, j.tries, j.deadline_at,"
+"              j.earlier_tries),"
+" overdue AS ("
+"    UPDATE %s.notif_job j"
+"       SET status = $6, claimed_by = NULL, claimed_at = NULL, last_error = $7"
+"     WHERE j.id = ANY (ARRAY (SELECT d.id FROM due d WHERE d.late))"
+"    RETURNING j.id, j.user_id, j.order_id, j.payload, true AS late, j.tries, j.deadline_at,"
+"              j.earlier_tries),"
+" held AS ("
+"    UPDATE %s.notif_active a SET claimed_by = $3"
+"     WHERE a.job_id = ANY (ARRAY (SELECT c.id FROM claimed c))),"
+" ended AS ("
+"    DELETE FROM %s.notif_active a"
+"     WHERE a.job_id = ANY (ARRAY (SELECT o.id FROM overdue o)))"
+" SELECT * FROM claimed"
+" UNION ALL"
+" SELECT * FROM overdue";
+
+/*
+ * Record what calls did: the job's next state, guarded by what the claim
+ * wrote (status, tries, holder), so a stale result never overwrites a newer
+ * one, with when its last call started and ended; and one notif_attempt row
+ * per call (numbered across re-drives), except for a job's first call when
+ * it was accepted and its job row was written: that row describes it whole
+ * (the view notif_calls shows it).
+ * "r" is the results, one array per column of record_columns (the unnest
+ * is written by record_sql()).
+ * A job that goes back to the queue (a retry later) is queued work again
+ * in notif_active, due at its next_at; any other leaves it.
+ * Each job is found by its primary key alone: the guard against a stale
+ * result is one expression (IS TRUE), which the planner can neither join
+ * on nor use to prove a partial index's predicate; with "claimed_by =
+ * r.claimed_by" it once walked the index of held jobs (all the jobs in
+ * flight, and its dead entries), looking empty by statistics from an idle
+ * time, for each batch of results.  Generic (see the top): a nested loop
+ * over the results, a primary-key probe each.  The work rows of jobs that
+ * leave are named by key, = ANY of an array, as in the claim; the two
+ * joins left (each result with its job, each requeued job with its work
+ * row) carry a value per row.  Planned when notif_job had been analyzed
+ * with one row, they were walks of the table with the results matched
+ * against each row; planner_policy.c's floor on the tables' size is what
+ * keeps them probes (test/t/025_claim_plans.pl).
+ */
+static const char *const sql_record =
+" upd AS ("
+"    UPDATE %s.notif_job j"
+"       SET status = r.status,"
+"           outcome = coalesce(r.outcome, j.outcome),"
+"           http_status = CASE WHEN r.outcome IS NULL THEN j.http_status ELSE r.http_status END,"
+"           last_error = r.error,"
+"           next_at = coalesce(r.next_at, j.next_at),"
+"           sent_at = CASE WHEN r.status = 'sent' THEN coalesce(r.sent_at, j.sent_at) END,"
+"           tries = j.tries + r.tries_delta,"
+"           claimed_by = NULL,"
+"           claimed_at = NULL,"
+"           last_started_at = CASE WHEN r.outcome IS NULL THEN j.last_started_at ELSE r.started_at END,"
+"           last_ended_at = CASE WHEN r.outcome IS NULL THEN j.last_ended_at ELSE r.ended_at END"
+"      FROM r"
+"     WHERE j.id = r.id"
+"       AND (j.status = r.expected AND j.tries = r.tries AND j.claimed_by = r.claimed_by) IS TRUE"
+"    RETURNING j.id, j.status, j.next_at),"
+" requeued AS ("
+"    UPDATE %s.notif_active a SET claimed_by = NULL, next_at = u.next_at"
+"      FROM upd u WHERE a.job_id = u.id AND u.status = 'queued'),"
+" ended AS ("
+"    DELETE FROM %s.notif_active a"
+"     WHERE a.job_id = ANY (ARRAY (SELECT u.id FROM upd u WHERE u.status <> 'queued'))),"
+" att AS ("
+"    INSERT INTO %s.notif_attempt (job_id, try, started_at, ended_at, outcome, http_status, error)"
+"    SELECT r.id, r.attempt, r.started_at, r.ended_at, r.outcome, r.http_status, r.error"
+"      FROM r WHERE r.outcome IS NOT NULL"
+"       AND (r.attempt <> 1 OR r.outcome <> 'accepted'"
+"            OR NOT EXISTS (SELECT FROM upd WHERE upd.id = r.id))"
+"    ON CONFLICT (job_id, try) DO NOTHING)";
+
+/*
+ * The record that passes over locked jobs, for a round after one whose
+ * record met a lock (sender/results.c): the results ("r_all") whose job
+ * another session holds (a notif_cancel or a SELECT ... FOR UPDATE left
+ * open) are left out of "r" and their ids come back, to be recorded in a
+ * later round; the lane goes on meanwhile (test/t/022_work.pl).  Not the
+ * usual record: locking the jobs first writes a WAL record per job.
+ */
+static const char *const sql_record_passing =
+" locked AS ("
+"    SELECT j.id FROM %s.notif_job j WHERE j.id = ANY (ARRAY (SELECT a.id FROM r_all a))"
+"       FOR NO KEY UPDATE OF j SKIP LOCKED),"
+" passed AS ("
+"    SELECT a.id FROM r_all a"
+"     WHERE a.id <> ALL (ARRAY (SELECT l.id FROM locked l))"
+"       AND EXISTS (SELECT FROM %s.notif_job j WHERE j.id = a.id)),"
+" r AS (SELECT * FROM r_all a WHERE a.id <> ALL (ARRAY (SELECT p.id FROM passed p))),";
+
+/*
+ * "WITH r AS (SELECT * FROM unnest($1::int8[], ...) AS x(id, ...))," +
+ * sql_record, returning no ids; or passing over locked jobs, "r_all" so,
+ * then sql_record_passing, sql_record, returning the ids passed over.
+ */
+static const char *
+record_sql_of(bool passing)
+{
+	StringInfoData buf;
+	int			c;
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "WITH %s AS (SELECT * FROM unnest(", passing ? "r_all" : "r");
+	for (c = 0; c < N_RECORD_COLUMNS; c++)
+		appendStringInfo(&buf, "%s$%d::%s[]", c ? ", " : "", c + 1, notif_record_columns[c].sqltype);
+	appendStringInfoString(&buf, ") AS x(");
+	for (c = 0; c < N_RECORD_COLUMNS; c++)
+		appendStringInfo(&buf, "%s%s", c ? ", " : "", notif_record_columns[c].name);
+	appendStringInfoString(&buf, ")),");
+	if (passing)
+		appendStringInfoString(&buf, sql_record_passing);
+	appendStringInfoString(&buf, sql_record);
+	appendStringInfoString(&buf, passing ? " SELECT ARRAY (SELECT p.id FROM passed p)"
+						   : " SELECT NULL::int8[]");
+	return buf.data;
+}
+
+static const char *
+record_sql(void)
+{
+	return record_sql_of(false);
+}
+
+static const char *
+record_passing_sql(void)
+{
+	return record_sql_of(true);
+}
+
+/*
+ * Jobs held by senders that are no longer running, with their type's
+ * policy; their work rows and jobs locked, as a claim locks them.
+ */
+static const char *const sql_orphans =
+"SELECT j.id, j.kind, j.status, j.tries, j.claimed_by, j.claimed_at, j.deadline_at,"
+"       t.max_tries,"
+"       (extract(epoch FROM t.backoff_min) * 1000)::int8,"
+"       (extract(epoch FROM t.backoff_max) * 1000)::int8,"
+"       j.earlier_tries"
+"  FROM %s.notif_active a"
+"  JOIN %s.notif_job j ON j.id = a.job_id"
+"  JOIN %s.notif_type t ON t.code = j.kind"
+" WHERE a.claimed_by IS NOT NULL AND a.claimed_by <> ALL ($1)"
+"   AND j.claimed_by IS NOT NULL"
+"   FOR UPDATE OF a SKIP LOCKED FOR NO KEY UPDATE OF j SKIP LOCKED";
+
+/*
+ * When the type's next job is due, NULL if none (a work row whose job is
+ * not queued, which a claim passes over, is no wake-up).  The due index in
+ * order, up to the first row whose job is queued: as a join with min(),
+ * it read every due job (1.7 s with 10 million jobs kept).
+ */
+static const char *const sql_next_due =
+"SELECT (SELECT a.next_at FROM %s.notif_active a"
+"         WHERE a.kind = $1 AND a.claimed_by IS NULL"
+"           AND (SELECT j.status FROM %s.notif_job j WHERE j.id = a.job_id) = 'queued'"
+"         ORDER BY a.next_at LIMIT 1)";
+
+/* the highest incarnation holding a job (notif_active_held_idx answers it) */
+static const char *const sql_max_holder =
+"SELECT max(claimed_by) FROM %s.notif_active";
+
+/*
+ * Build notif_active when it is empty because it was never built, or
+ * PostgreSQL emptied it (a crash, a promotion): NULL when it was built.
+ */
+static const char *const sql_build_active =
+"SELECT CASE WHEN NOT EXISTS (SELECT FROM %s.notif_active_built)"
+"            THEN %s.notif_active_rebuild() END";
+
+/* the lanes that need a sender, with their notif_lane.senders (NULL: the setting's) */
+static const char *const sql_lanes =
+"SELECT t.lane, l.senders"
+"  FROM (SELECT DISTINCT lane FROM %s.notif_type WHERE NOT paused) t"
+"  LEFT JOIN %s.notif_lane l ON l.lane = t.lane"
+" ORDER BY t.lane";
+
+/*
+ * Delete finished jobs past their type's retention, a bounded batch, with
+ * their attempts (their delivery reports go by ON DELETE CASCADE); and
+ * orphaned delivery reports older than the longest retention.  A job
+ * another session has locked is left for a later purge.
+ */
+static const char *const sql_purge =
+"WITH doomed AS ("
+"    SELECT j.id"
+"      FROM %s.notif_type t"
+"     CROSS JOIN LATERAL ("
+"        SELECT j.id FROM %s.notif_job j"
+"         WHERE j.kind = t.code AND j.status IN ('sent', 'failed', 'expired')"
+"           AND j.next_at < now() - t.retention AND j.claimed_by IS NULL"
+"         ORDER BY j.next_at"		/* keeps the plan on notif_job_kind_next_idx */
+"         LIMIT $1 FOR UPDATE OF j SKIP LOCKED) j"
+"     LIMIT $1),"
+" gone AS (DELETE FROM %s.notif_job j USING doomed d WHERE j.id = d.id RETURNING j.id),"
+" att AS (DELETE FROM %s.notif_attempt a USING gone g WHERE a.job_id = g.id),"
+" orphaned AS ("
+"    DELETE FROM %s.notif_dlr d"
+"     WHERE d.id IN (SELECT o.id FROM %s.notif_dlr o"
+"                     WHERE o.job_id IS NULL"
+"                       AND o.received_at < now() -"
+"                           (SELECT coalesce(max(retention), '7 days') FROM %s.notif_type)"
+"                     LIMIT $1))"
+" SELECT count(*) FROM gone";
+
+typedef struct PlanDef
+{
+	const char *const *sql;		/* NULL: built by make_sql */
+	const char *(*make_sql) (void);
+	int			nargs;
+	Oid			argtypes[N_RECORD_COLUMNS];
+	bool		generic;		/* planned once, without custom plans (see the top) */
+	SPIPlanPtr	plan;
+} PlanDef;
+
+enum
+{
+	PLAN_LANE_TYPES, PLAN_CLAIM, PLAN_RECORD, PLAN_RECORD_PASSING, PLAN_ORPHANS, PLAN_NEXT_DUE,
+	PLAN_LANES, PLAN_PURGE, PLAN_MAX_HOLDER, PLAN_BUILD_ACTIVE, N_PLANS
+};
+
+static PlanDef plans[N_PLANS] = {
+	[PLAN_LANE_TYPES] = {&sql_lane_types, NULL, 1, {TEXTOID}},
+	[PLAN_CLAIM] = {&sql_claim, NULL, 7,
+	{TEXTOID, INT4OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID}, true},
+	[PLAN_RECORD] = {NULL, record_sql, N_RECORD_COLUMNS, {0}, true},	/* record_columns */
+	[PLAN_RECORD_PASSING] = {NULL, record_passing_sql, N_RECORD_COLUMNS, {0}, true},
+	[PLAN_ORPHANS] = {&sql_orphans, NULL, 1, {INT8ARRAYOID}},
+	[PLAN_NEXT_DUE] = {&sql_next_due, NULL, 1, {TEXTOID}},
+	[PLAN_LANES] = {&sql_lanes, NULL, 0, {0}},
+	[PLAN_PURGE] = {&sql_purge, NULL, 1, {INT4OID}},
+	[PLAN_MAX_HOLDER] = {&sql_max_holder, NULL, 0, {0}},
+	[PLAN_BUILD_ACTIVE] = {&sql_build_active, NULL, 0, {0}},
+};
+
+static Oid	plans_extension = InvalidOid;	/* prepared at this library's version */
+
+/* the version of the extension installed, when it is not the one we need */
+char	   *notif_sql_wrong_version = NULL;
+
+/*
+ * Prepare the plans for the extension as it is now.  Returns false when the
+ * extension is not installed, or is installed at another version than this
+ * library's (notif_sql_wrong_version then says which).  Re-prepares after a
+ * DROP and CREATE, or an ALTER EXTENSION ... UPDATE.
+ */
+bool
+notif_sql_prepare(void)
+{
+	Oid			ext = get_extension_oid(NOTIF_EXTENSION_NAME, true);
+	Oid			nspid;
+	char	   *version;
+	int			i;
+
+	if (notif_sql_wrong_version)
+		pfree(notif_sql_wrong_version);
+	notif_sql_wrong_version = NULL;
+	if (!OidIsValid(ext))
+	{
+		plans_extension = InvalidOid;
+		notif_planner_policy_tables(InvalidOid);
+		return false;
+	}
+	nspid = notif_extension_schema(ext, &version);
+	if (version == NULL || strcmp(version, NOTIF_SCHEMA_VERSION) != 0)
+	{
+		notif_sql_wrong_version = MemoryContextStrdup(TopMemoryContext,
+													  version ? version : "?");
+		plans_extension = InvalidOid;
+		notif_planner_policy_tables(InvalidOid);
+		return false;
+	}
+	if (ext == plans_extension)
+		return true;			/* an update would have failed the check above */
+
+	notif_planner_policy_tables(nspid);
+
+	for (i = 0; i < N_RECORD_COLUMNS; i++)
+		plans[PLAN_RECORD].argtypes[i] = plans[PLAN_RECORD_PASSING].argtypes[i] =
+			notif_record_columns[i].arraytype;
+	for (i = 0; i < N_PLANS; i++)
+	{
+		SPIPlanPtr	p;
+		const char *sql = plans[i].sql ? *plans[i].sql : plans[i].make_sql();
+
+		if (plans[i].plan)
+			SPI_freeplan(plans[i].plan);
+		plans[i].plan = NULL;
+		p = SPI_prepare_cursor(notif_qualified_sql(nspid, sql),
+							   plans[i].nargs, plans[i].argtypes,
+							   plans[i].generic ? CURSOR_OPT_GENERIC_PLAN : 0);
+		if (p == NULL)
+			elog(ERROR, "notif_deliver: could not prepare statement: %s",
+				 SPI_result_code_string(SPI_result));
+		SPI_keepplan(p);
+		plans[i].plan = p;
+	}
+	plans_extension = ext;
+	return true;
+}
+
+/* Run a plan, with a snapshot of its own (InvalidSnapshot) or the one given. */
+static void
+run_with(int plan, Datum *values, const char *nulls, bool read_only, int expect,
+		 Snapshot snapshot)
+{
+	int			ret = (snapshot == InvalidSnapshot)
+		? SPI_execute_plan(plans[plan].plan, values, nulls, read_only, 0)
+		: SPI_execute_snapshot(plans[plan].plan, values, nulls, snapshot,
+							   InvalidSnapshot, read_only, true, 0);
+
+	if (ret != expect)
+		elog(ERROR, "notif_deliver: statement %d failed: %s", plan, SPI_result_code_string(ret));
+}
+
+static void
+run(int plan, Datum *values, const char *nulls, bool read_only, int expect)
+{
+	run_with(plan, values, nulls, read_only, expect, InvalidSnapshot);
+}
+
+int
+notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out)
+{
+	Datum		values[1] = {CStringGetTextDatum(lane)};
+
+	/*
+	 * Not read-only: a snapshot of its own, taken now.  The caller read the
+	 * configuration generation just before; with the round's older snapshot
+	 * a change committed in between would be marked as read and never be.
+	 */
+	run(PLAN_LANE_TYPES, values, NULL, false, SPI_OK_SELECT);
+	return notif_lane_types_from_rows(cxt, out);	/* lane_config.c */
+}
+
+int
+notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, int64 incarnation,
+				Snapshot snapshot, MemoryContext cxt, NotifClaimedJob **out)
+{
+	const NotifTransitionRow *claimed = notif_claim_row(delivery, false);
+	const NotifTransitionRow *late = notif_claim_row(delivery, true);
+	Datum		values[7] = {CStringGetTextDatum(kind), Int32GetDatum(limit),
+		Int64GetDatum(incarnation),
+		CStringGetTextDatum(notif_status_name((NotifStatus) claimed->to)),
+		Int32GetDatum(claimed->tries == TRIES_COUNTED ? 1 : 0),
+		CStringGetTextDatum(notif_status_name((NotifStatus) late->to)),
+	CStringGetTextDatum(late->note)};
+
+	Assert(claimed->holds && !late->holds && late->tries == TRIES_KEPT);
+	run_with(PLAN_CLAIM, values, NULL, false, SPI_OK_SELECT, snapshot);
+	return notif_claimed_from_rows(cxt, out);	/* job_rows.c */
+}
+
+/*
+ * Record the results.  With passed, the record passes over jobs another
+ * session has locked, and passed[i] says of each whether it was: not
+ * recorded, to try again.  Without, it waits for such locks.
+ */
+void
+notif_sql_record(NotifResult *results, int n, bool *passed)
+{
+	Datum		values[N_RECORD_COLUMNS];
+	int			c,
+				i;
+
+	if (n == 0)
+		return;
+	notif_record_arrays(results, n, values);	/* job_rows.c */
+
+	run(passed ? PLAN_RECORD_PASSING : PLAN_RECORD, values, NULL, false, SPI_OK_SELECT);
+	if (passed)
+	{
+		int64	   *ids = spi_col_int8_array(0, 1, &c);
+
+		for (i = 0; i < n; i++)
+			passed[i] = false;
+		while (--c >= 0)
+			for (i = 0; i < n; i++)
+				passed[i] |= (results[i].job_id == ids[c]);
+	}
+}
+
+int
+notif_sql_orphans(const int64 *live, int n_live, MemoryContext cxt, NotifOrphanJob **out)
+{
+	Datum	   *live_elems = palloc(sizeof(Datum) * Max(n_live, 1));
+	Datum		values[1];
+	int			i;
+
+	for (i = 0; i < n_live; i++)
+		live_elems[i] = Int64GetDatum(live[i]);
+	values[0] = spi_array_of(live_elems, NULL, n_live, INT8OID);
+
+	run(PLAN_ORPHANS, values, NULL, false, SPI_OK_SELECT);
+	return notif_orphans_from_rows(cxt, out);	/* job_rows.c */
+}
+
+/* The highest incarnation that holds a job (0 if none). */
+int64
+notif_sql_max_holder(void)
+{
+	run(PLAN_MAX_HOLDER, NULL, NULL, true, SPI_OK_SELECT);
+	return spi_col_int(0, 1);
+}
+
+/*
+ * Build notif_active if it is not built (see sql_build_active): how many
+ * rows that wrote, or -1 when it was built already.
+ */
+int64
+notif_sql_build_active(void)
+{
+	bool		isnull;
+	Datum		d;
+
+	run(PLAN_BUILD_ACTIVE, NULL, NULL, false, SPI_OK_SELECT);
+	d = spi_col(0, 1, &isnull);
+	return isnull ? -1 : DatumGetInt64(d);
+}
+
+/* When the earliest queued job of a type is due; 0 if none is queued. */
+TimestampTz
+notif_sql_next_due(const char *kind)
+{
+	Datum		values[1] = {CStringGetTextDatum(kind)};
+
+	run(PLAN_NEXT_DUE, values, NULL, true, SPI_OK_SELECT);
+	return spi_col_timestamptz(0, 1);
+}
+
+int
+notif_sql_lanes(MemoryContext cxt, char ***out, int **senders)
+{
+	char	  **lanes;
+	int		   *counts;
+	int			i;
+
+	run(PLAN_LANES, NULL, NULL, true, SPI_OK_SELECT);
+	lanes = MemoryContextAlloc(cxt, sizeof(char *) * Max(SPI_processed, 1));
+	counts = MemoryContextAlloc(cxt, sizeof(int) * Max(SPI_processed, 1));
+	for (i = 0; i < (int) SPI_processed; i++)
+	{
+		lanes[i] = spi_col_text(i, 1, cxt);
+		counts[i] = (int) spi_col_int(i, 2);	/* NULL: 0 */
+	}
+	*out = lanes;
+	*senders = counts;
+	return (int) SPI_processed;
+}
+
+/* Delete one batch of expired finished jobs; returns how many. */
+int64
+notif_sql_purge(int batch_size)
+{
+	Datum		values[1] = {Int32GetDatum(batch_size)};
+	bool		isnull;
+
+	run(PLAN_PURGE, values, NULL, false, SPI_OK_SELECT);
+	return DatumGetInt64(spi_col(0, 1, &isnull));
+}

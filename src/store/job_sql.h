@@ -1,0 +1,121 @@
+/*-------------------------------------------------------------------------
+ *
+ * job_sql.h
+ *      The SQL the background workers run, as prepared plans (job_sql.c).
+ *      Every function must be called inside a transaction, connected to SPI.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef NOTIF_JOB_SQL_H
+#define NOTIF_JOB_SQL_H
+
+#include "lifecycle/delivery.h"
+#include "utils/snapshot.h"
+
+/* a job as a claim returns it */
+typedef struct NotifClaimedJob
+{
+	int64		id;
+	int64		user_id;
+	char	   *order_id;
+	Jsonb	   *payload;
+	bool		deadline_passed;	/* claimed as late (claim_late): no call */
+	int			tries;
+	TimestampTz deadline_at;	/* 0: none */
+	int			earlier_tries;	/* before the last re-drive */
+} NotifClaimedJob;
+
+/* a job held by a sender that is gone */
+typedef struct NotifOrphanJob
+{
+	NotifJobRef job;			/* delivery: what its claimed status says */
+	char	   *kind;
+	NotifStatus status;			/* as its claim left it */
+	TimestampTz claimed_at;
+} NotifOrphanJob;
+
+/* what to write about one finished (or abandoned) call */
+typedef struct NotifResult
+{
+	int64		job_id;
+	int			tries;			/* the job's tries as claimed (CAS) */
+	int			earlier_tries;	/* the attempt is earlier_tries + tries */
+	NotifStatus expected_status;	/* as claimed (CAS) */
+	int64		claimed_by;		/* as claimed (CAS) */
+	NotifTransition next;
+	NotifOutcome outcome;
+	long		http_status;
+	const char *error;
+	TimestampTz sent_at;		/* 0: keep */
+	TimestampTz started_at;
+	TimestampTz ended_at;
+} NotifResult;
+
+extern char *notif_sql_wrong_version;
+
+/*
+ * The columns of a result, in the order of the record statement's
+ * parameters: (enum, column name, element type, array type, SQL type).
+ */
+#define RECORD_COLUMNS(C) \
+	C(ID, id, INT8OID, INT8ARRAYOID, "int8") \
+	C(TRIES, tries, INT4OID, INT4ARRAYOID, "int4") \
+	C(EXPECTED, expected, TEXTOID, TEXTARRAYOID, "text") \
+	C(CLAIMED_BY, claimed_by, INT8OID, INT8ARRAYOID, "int8") \
+	C(STATUS, status, TEXTOID, TEXTARRAYOID, "text") \
+	C(OUTCOME, outcome, TEXTOID, TEXTARRAYOID, "text") \
+	C(HTTP, http_status, INT4OID, INT4ARRAYOID, "int4") \
+	C(ERROR_, error, TEXTOID, TEXTARRAYOID, "text") \
+	C(NEXT_AT, next_at, TIMESTAMPTZOID, TIMESTAMPTZARRAYOID, "timestamptz") \
+	C(SENT_AT, sent_at, TIMESTAMPTZOID, TIMESTAMPTZARRAYOID, "timestamptz") \
+	C(TRIES_DELTA, tries_delta, INT4OID, INT4ARRAYOID, "int4") \
+	C(STARTED, started_at, TIMESTAMPTZOID, TIMESTAMPTZARRAYOID, "timestamptz") \
+	C(ENDED, ended_at, TIMESTAMPTZOID, TIMESTAMPTZARRAYOID, "timestamptz") \
+	C(ATTEMPT, attempt, INT4OID, INT4ARRAYOID, "int4")
+
+#define AS_ENUM(e, name, elem, array, sqltype) REC_##e,
+enum
+{
+	RECORD_COLUMNS(AS_ENUM) N_RECORD_COLUMNS
+};
+
+typedef struct RecordColumn
+{
+	const char *name;
+	Oid			elemtype;
+	Oid			arraytype;
+	const char *sqltype;
+} RecordColumn;
+
+extern const RecordColumn notif_record_columns[N_RECORD_COLUMNS];	/* job_rows.c */
+
+extern bool notif_sql_prepare(void);
+
+/* planner_policy.c */
+extern void notif_sql_planner_settings(void);
+extern void notif_planner_policy_tables(Oid nspid);
+
+extern int	notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out);
+
+extern int	notif_sql_claim(const char *kind, NotifDelivery delivery, int limit,
+							int64 incarnation, Snapshot snapshot,
+							MemoryContext cxt, NotifClaimedJob **out);
+extern void notif_sql_record(NotifResult *results, int n, bool *passed);
+extern int	notif_sql_orphans(const int64 *live, int n_live,
+							  MemoryContext cxt, NotifOrphanJob **out);
+extern int64 notif_sql_max_holder(void);
+extern int64 notif_sql_build_active(void);
+extern TimestampTz notif_sql_next_due(const char *kind);
+/* the lanes that need a sender, each with its notif_lane.senders (0: the setting's) */
+extern int	notif_sql_lanes(MemoryContext cxt, char ***out, int **senders);
+extern int64 notif_sql_purge(int batch_size);
+
+/* lane_config.c */
+extern int	notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out);
+
+/* job_rows.c */
+extern int	notif_claimed_from_rows(MemoryContext cxt, NotifClaimedJob **out);
+extern int	notif_orphans_from_rows(MemoryContext cxt, NotifOrphanJob **out);
+extern void notif_record_arrays(const NotifResult *results, int n, Datum *values);
+
+#endif							/* NOTIF_JOB_SQL_H */

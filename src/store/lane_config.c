@@ -1,0 +1,94 @@
+/*-------------------------------------------------------------------------
+ *
+ * lane_config.c
+ *      A lane's configuration as a sender holds it: the rows of job_sql.c's
+ *      lane-types statement (its types, each with its provider) read into
+ *      NotifTypeConf, the provider's headers as a libcurl list.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+
+#include "core/notif_deliver.h"
+#include "push/push.h"
+#include "push/token.h"
+#include "store/job_sql.h"
+#include "store/spi_values.h"
+
+/* "Name: value" lines from a headers object (strings only, by CHECK) */
+static struct curl_slist *
+headers_from_jsonb(Jsonb *jb)
+{
+	struct curl_slist *list = NULL;
+	JsonbIterator *it = JsonbIteratorInit(&jb->root);
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	char	   *key = NULL;
+
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (tok == WJB_KEY)
+			key = pnstrdup(v.val.string.val, v.val.string.len);
+		else if (tok == WJB_VALUE && v.type == jbvString && key)
+			list = curl_slist_append(list, psprintf("%s: %.*s", key,
+													v.val.string.len, v.val.string.val));
+	}
+	return list;
+}
+
+/*
+ * The result of the lane-types statement just run (SPI_tuptable), one
+ * NotifTypeConf per row, allocated in cxt; returns how many.
+ */
+int
+notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out)
+{
+	NotifTypeConf *types;
+	uint64		i;
+
+	types = MemoryContextAllocZero(cxt, sizeof(NotifTypeConf) * Max(SPI_processed, 1));
+	for (i = 0; i < SPI_processed; i++)
+	{
+		NotifTypeConf *t = &types[i];
+		char	   *s;
+		bool		isnull;
+		Datum		d;
+
+		t->code = spi_col_text(i, 1, cxt);
+		s = spi_col_text(i, 2, cxt);
+		t->delivery = notif_delivery_from_name(s);
+		t->policy.max_tries = spi_col_int(i, 3);
+		t->priority = spi_col_int(i, 4);
+		t->policy.backoff_min_ms = spi_col_int(i, 5);
+		t->policy.backoff_max_ms = spi_col_int(i, 6);
+		t->provider.name = spi_col_text(i, 7, cxt);
+		t->provider.url = spi_col_text(i, 8, cxt);
+		t->provider.format = notif_format_from_string(spi_col_text(i, 9, cxt));
+		d = spi_col(i, 10, &isnull);
+		t->provider.headers = isnull ? NULL : headers_from_jsonb(DatumGetJsonbP(d));
+		t->provider.idempotency_header = spi_col_text(i, 11, cxt);
+		t->provider.timeout_ms = spi_col_int(i, 12);
+		t->provider.connect_timeout_ms = spi_col_int(i, 13);
+		t->provider.max_inflight = spi_col_int(i, 14);
+		d = spi_col(i, 15, &isnull);
+		t->provider.rate_limit = isnull ? 0 : DatumGetFloat8(d);
+		t->provider.ref_field = spi_col_text(i, 16, cxt);
+		t->provider.auth = notif_auth_from_string(spi_col_text(i, 17, cxt));
+		d = spi_col(i, 18, &isnull);
+		if (!isnull)
+		{
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+
+			t->provider.credentials = DatumGetJsonbPCopy(d);
+			MemoryContextSwitchTo(old);
+		}
+		t->provider.max_connections = spi_col_int(i, 19);	/* the lane's: shared by the reader */
+		t->provider.ca_cert = spi_col_text(i, 20, cxt);
+	}
+	*out = types;
+	return (int) SPI_processed;
+}
