@@ -191,11 +191,16 @@ write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 	size_t		room = sizeof(call->response) - 1 - call->response_len;
 	size_t		kept = Min(n, room);
 
-	/* a push answer or a token is read whole (it may hold a secret) */
+	/*
+	 * A push answer or a token is read whole (it may hold a secret), up to
+	 * MAX_ANSWER: the rest of a longer one is dropped (its start is kept,
+	 * which does not parse as JSON).
+	 */
 	if (call->answer)
 	{
-		if (call->answer->len + n <= MAX_ANSWER)
-			appendBinaryStringInfo(call->answer, ptr, n);
+		if (call->answer->len < MAX_ANSWER)
+			appendBinaryStringInfo(call->answer, ptr,
+								   Min(n, (size_t) (MAX_ANSWER - call->answer->len)));
 		return n;
 	}
 

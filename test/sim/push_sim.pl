@@ -19,7 +19,8 @@
 #       Unregistered (with a timestamp; deadbeef* with 1e30 as its
 #       timestamp), bad0* 400 BadDeviceToken, c0de* 429 TooManyRequests
 #       with Retry-After (the first time each), 0bad* 502 with a body that
-#       is not text (bytes 0xff 0xfe, then an HTML page with a UTF-8 "é")
+#       is not text (bytes 0xff 0xfe, then an HTML page with a UTF-8 "é"),
+#       fa7* 400 BadDeviceToken after 4 MB of padding
 #   POST /hook/N                      a plain webhook: 200 {"ok":true}
 #
 # Control: GET /stats (counters, "name value" lines), GET /secrets (every
@@ -187,6 +188,8 @@ sub apns_endpoint
 	return respond(410, $json->encode({ reason => 'Unregistered', timestamp => 1700000000000 }))
 	  if $device =~ /^dead/;
 	return respond(502, "\xff\xfe<html>Bad Gateway, caf\xc3\xa9</html>") if $device =~ /^0bad/;
+	return respond(400, '{"padding":"' . ('x' x (4 * 1024 * 1024)) . '","reason":"BadDeviceToken"}')
+	  if $device =~ /^fa7/;
 	return respond(429, '{"reason":"TooManyRequests"}', 'Retry-After' => $o{'retry-after'})
 	  if $device =~ /^c0de/ && !$throttled{$device}++;
 	return respond(400, '{"reason":"BadDeviceToken"}') unless $device =~ /^[0-9a-f]+$/;

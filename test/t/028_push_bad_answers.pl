@@ -5,7 +5,8 @@
 # once, retried with backoff, and the jobs wait for a good answer; an APNs
 # 410 whose timestamp is 1e30 is Unregistered at the time it came; an APNs
 # 502 whose body is not text and an FCM reason cut inside a UTF-8
-# character go into last_error as printable ASCII.  Throughout, the
+# character go into last_error as printable ASCII; an APNs 400 in a 4 MB
+# answer is read up to 16 kB, and rejected on its status.  Throughout, the
 # sender is the same process: nothing made it exit.
 use strict;
 use warnings;
@@ -92,6 +93,22 @@ is(job_row($node, $jhtml), 'failed unknown 2 502', 'apns 502: ambiguous, retried
 is(sql("SELECT string_agg(DISTINCT error, ',') FROM notif_calls WHERE job_id = $jhtml"),
 	'HTTP 502: ??<html>Bad Gateway, caf??</html>',
 	'apns 502: its body in the error as printable ASCII, each other byte a "?"');
+
+# --- APNs: a 400 whose answer is 4 MB ---------------------------------------
+# a push answer is read up to 16 kB (MAX_ANSWER, src/http.c): the rest is
+# dropped, so the sender's memory does not grow by the answer, and the cut
+# answer is not JSON: its status alone decides, its start is last_error
+sub peak_kb { return (slurp_file("/proc/$sender/status") =~ /^VmHWM:\s+(\d+) kB/m)[0]; }
+my $peak_before = peak_kb();
+my $jfat = sql(q{SELECT notif_enqueue(5, 'apns_push', 'fat', '{"device_token": "fa700001", "headers": {"apns-topic": "t"}, "aps": {}}')});
+ok(wait_until($node, "SELECT status = 'failed' FROM notif_job WHERE id = $jfat"), 'apns 400 in a 4 MB answer: failed');
+is(job_row($node, $jfat), 'failed rejected 1 400', 'apns 4 MB answer: rejected on its status, at its first try');
+is(sql("SELECT count(*) FROM notif_unregistered WHERE job_id = $jfat"), '0',
+	'apns 4 MB answer: its reason, past 16 kB of padding, unread: the device token is not listed as dead');
+like(sql("SELECT last_error FROM notif_job WHERE id = $jfat"), qr/^HTTP 400: \{"padding":"/,
+	'apns 4 MB answer: last_error is its start');
+my $grew = peak_kb() - $peak_before;
+cmp_ok($grew, '<', 2 * 1024, "apns 4 MB answer: the sender's peak memory grew by less than 2 MB ($grew kB)");
 same_sender('after every bad answer');
 
 done_testing();

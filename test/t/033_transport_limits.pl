@@ -1,8 +1,11 @@
-# 033_transport_limits.pl: what libcurl may do with a provider's url,
-# beyond the url CHECK.  With the CHECK dropped (a superuser can), a
+# 033_transport_limits.pl: what libcurl may do with a provider's url and
+# answer, beyond the url CHECK.  With the CHECK dropped (a superuser can), a
 # file:// url (a file the server can read) is never read and an ftp:// url
 # never connected to: libcurl is limited to http and https
-# (CURLOPT_PROTOCOLS_STR, src/http.c).
+# (CURLOPT_PROTOCOLS_STR, src/http.c).  A provider answering 64 MB gets its
+# call ended with the right status, the start of the answer in last_error,
+# and the sender's memory does not grow by the answer: it keeps at most 255
+# bytes of it (src/http.c, write_cb).
 use strict;
 use warnings;
 use lib 'test';
@@ -12,6 +15,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use IO::Socket::INET;
 use IO::Select;
+use POSIX ();
 
 my $node = new_node('transport_limits');
 sub sql { return $node->safe_psql('postgres', $_[0]); }
@@ -42,5 +46,64 @@ unlike(sql("SELECT last_error FROM notif_job WHERE id = $file_job"), qr/words/,
 	'file://: nothing of the file was read into last_error');
 # a connection would wait in the listen queue, accepted or not
 ok(!IO::Select->new($ftp)->can_read(0), 'ftp://: no connection was ever made to the ftp port');
+
+# --- a 64 MB answer: the call ends, the sender keeps 255 bytes -------------
+my $size = 64 * 1024 * 1024;
+# it answers every request 400 with $size bytes; a child, which leaves
+# with _exit (an exit would run the test's END blocks: stop the node)
+my $big = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 5, Proto => 'tcp')
+  or die "listen: $!";
+my $big_port = $big->sockport;
+my $big_pid = fork();
+die "fork: $!" unless defined $big_pid;
+if ($big_pid == 0)
+{
+	while (my $c = $big->accept)
+	{
+		my $req = '';
+		while ($req !~ /\r\n\r\n/)
+		{
+			sysread($c, $req, 65536, length $req) or last;
+		}
+		my ($len) = $req =~ /Content-Length: (\d+)/i;
+		my ($head, $body) = split /\r\n\r\n/, $req, 2;
+		while (length($body // '') < ($len // 0))
+		{
+			sysread($c, $body, 65536, length $body) or last;
+		}
+		my $chunk = 'a big answer ' . ('x' x (65536 - 13));
+		print $c "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: $size\r\n"
+		  . "Connection: close\r\n\r\n";
+		print $c $chunk;
+		print $c 'x' x 65536 for 2 .. $size / 65536;
+		close $c;
+	}
+	POSIX::_exit(0);
+}
+close $big;
+END { kill 'KILL', $big_pid if $big_pid; }
+my $sim = start_sim();
+set_provider($node, 'small', $sim->{url}, idempotency_header => q('Idempotency-Key'));
+set_provider($node, 'big', "http://127.0.0.1:$big_port/send", timeout => q('60 s'));
+sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES
+      ('small', 'at_least_once', 1, 'small'), ('big', 'at_least_once', 1, 'big')});
+
+# the sender, warmed up by an ordinary call, and its peak memory
+my $warm = sql(q{SELECT notif_enqueue(1, 'small', 'warm', '{"text": "x"}')});
+ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $warm"), 'an ordinary call was sent');
+my $sender = sql(q{SELECT pid FROM notif_workers() WHERE role = 'sender'});
+sub peak_kb { return (slurp_file("/proc/$sender/status") =~ /^VmHWM:\s+(\d+) kB/m)[0]; }
+my $peak_before = peak_kb();
+
+my $big_job = sql(q{SELECT notif_enqueue(1, 'big', 'b', '{"text": "x"}')});
+ok(wait_until($node, "SELECT status <> 'queued' AND claimed_by IS NULL FROM notif_job WHERE id = $big_job"),
+	'the call answered with 64 MB finished');
+is(job_row($node, $big_job), 'failed rejected 1 400', 'the 64 MB answer: its status read, rejected');
+my $error = sql("SELECT last_error FROM notif_job WHERE id = $big_job");
+like($error, qr/^HTTP 400: a big answer /, 'last_error: the status and the start of the answer');
+cmp_ok(length $error, '<=', 255, 'last_error holds no more than 255 bytes of it');
+my $grew = peak_kb() - $peak_before;
+cmp_ok($grew, '<', 8 * 1024, "the sender's peak memory grew by less than 8 MB ($grew kB), not by the answer");
+is(sql(q{SELECT pid FROM notif_workers() WHERE role = 'sender'}), $sender, 'the same sender runs');
 
 done_testing();
