@@ -2,10 +2,10 @@
 # answer, beyond the url CHECK.  With the CHECK dropped (a superuser can), a
 # file:// url (a file the server can read) is never read and an ftp:// url
 # never connected to: libcurl is limited to http and https
-# (CURLOPT_PROTOCOLS_STR, src/http.c).  A provider answering 64 MB gets its
+# (CURLOPT_PROTOCOLS_STR, src/http/http.c).  A provider answering 64 MB gets its
 # call ended with the right status, the start of the answer in last_error,
 # and the sender's memory does not grow by the answer: it keeps at most 255
-# bytes of it (src/http.c, write_cb).
+# bytes of it (src/http/http.c, write_cb).
 use strict;
 use warnings;
 use lib 'test';
