@@ -257,3 +257,80 @@ $$;
 ALTER TABLE notif_provider
     ADD CONSTRAINT notif_provider_transport_check
     CHECK (notif_transport_check(url, headers, auth, credentials)) NOT VALID;
+
+/* ---------------------------------------------------------------------
+ * Resolving the unknown: a provider that deduplicates
+ *
+ * A call that ends ambiguous (a timeout after sending, a reset, a 5xx) may
+ * or may not have been acted on.  A provider that promises to drop a
+ * repeat of the same idempotency key for a while makes a retry inside that
+ * while safe for both deliveries: an at_most_once job is then retried
+ * instead of being left possibly lost, and an at_least_once retry sends no
+ * duplicate.  The rows of the lifecycle (notif_transitions()):
+ * amo_unknown_dedup_retry, alo_retry_in_dedup_window and
+ * amo_dedup_window_passed.  Docs: doc/guide.md, "Choosing the delivery";
+ * doc/reference.md, notif_provider.dedup_window.
+ * --------------------------------------------------------------------- */
+
+/*
+ * dedup_window: how long the provider drops a repeat of a key it received
+ * (counted from its first copy); NULL: it does not promise it.  It needs
+ * the header that carries the key.  A retry is made only when it reaches
+ * the provider inside the window: it must start before the job's creation
+ * plus dedup_window less the provider's timeout.
+ */
+ALTER TABLE notif_provider
+    ADD COLUMN dedup_window interval,
+    ADD CONSTRAINT notif_provider_dedup_window_check
+        CHECK (dedup_window IS NULL OR (dedup_window > interval '0' AND idempotency_header IS NOT NULL));
+
+/*
+ * resolved_by: how the job's last ambiguous call was resolved
+ * ('dedup_window': retried inside the provider's window); NULL when it was
+ * not, or the job never had one.
+ */
+ALTER TABLE notif_job
+    ADD COLUMN resolved_by text
+        CONSTRAINT notif_job_resolved_by_check CHECK (resolved_by IN ('dedup_window'));
+
+/*
+ * notif_redrive(ids, status) as in 1.2, and the re-driven job starts with
+ * no resolution: a retry an operator asks for is not one made for a
+ * provider's window, whatever the job's last drive did.
+ */
+CREATE OR REPLACE FUNCTION notif_redrive(ids bigint[], status text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n bigint;
+    lanes text[];
+BEGIN
+    WITH redriven AS (
+        UPDATE @extschema@.notif_job j
+           SET status = notif_redrive.status,
+               earlier_tries = j.earlier_tries OPERATOR(pg_catalog.+) j.tries,
+               tries = 0,
+               next_at = now(),
+               deadline_at = now() OPERATOR(pg_catalog.+) t.deadline,
+               sent_at = NULL,
+               resolved_by = NULL
+          FROM @extschema@.notif_type t
+         WHERE j.id OPERATOR(pg_catalog.=) ANY (ids)
+           AND t.code OPERATOR(pg_catalog.=) j.kind
+        RETURNING j.id, j.kind, j.next_at, j.status, t.lane
+    ),
+    work AS (
+        INSERT INTO @extschema@.notif_active AS a (job_id, kind, next_at)
+        SELECT r.id, r.kind, r.next_at FROM redriven r
+         WHERE r.status OPERATOR(pg_catalog.=) 'queued'
+        ON CONFLICT (job_id) DO UPDATE
+           SET kind = excluded.kind, next_at = excluded.next_at, claimed_by = NULL
+    )
+    SELECT count(*), array_agg(DISTINCT lane) INTO n, lanes FROM redriven;
+
+    PERFORM @extschema@.notif_wake_lane(lane) FROM unnest(lanes) AS lane;
+    RETURN n;
+END;
+$$;

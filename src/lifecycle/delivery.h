@@ -54,6 +54,7 @@ typedef struct NotifProviderConf
 	Jsonb	   *credentials;	/* for auth; secret */
 	int			max_connections;	/* HTTP/2 connections per lane */
 	char	   *ca_cert;		/* PEM CA certificates, or NULL */
+	int64		dedup_reach_ms; /* its dedup_window less its timeout; 0: none */
 	int			throttle;		/* its throttle handle (throttle.c) */
 } NotifProviderConf;
 
@@ -77,6 +78,7 @@ typedef struct NotifJobRef
 	int64		claimed_by;		/* the sender's incarnation */
 	TimestampTz deadline_at;	/* 0: none */
 	NotifRetryPolicy policy;	/* its type's */
+	NotifDedup	dedup;			/* its provider's deduplication window */
 } NotifJobRef;
 
 /* one provider call, from claim to recorded result */

@@ -41,6 +41,8 @@ static const NameOf condition_names[] = {
 	{COND_OUT_OF_TRIES, "no try left"}, {COND_OUT_OF_TIME, "next try after the deadline"},
 	{COND_IDLE_FORCED, "not held, forced"}, {COND_IDLE, "not held"},
 	{COND_CANCELLED_BY_KIND, "cancelled, retried by kind"},
+	{COND_IN_DEDUP_WINDOW, "inside the provider's deduplication window"},
+	{COND_DEDUP_WINDOW_PASSED, "the deduplication window passed"},
 };
 static const NameOf tries_names[] = {
 	{TRIES_KEPT, ""}, {TRIES_COUNTED, "+1"}, {TRIES_UNCOUNTED, "-1"}, {TRIES_FRESH, "fresh"},
@@ -168,4 +170,11 @@ char *
 notif_outcome_set_text(int bits)
 {
 	return names_of_set(outcome_names, lengthof(outcome_names), bits, OUTCOME_ANY);
+}
+
+/* notif_job.resolved_by as a transition leaves it; NULL: unresolved (or kept) */
+const char *
+notif_resolution_name(NotifResolution resolution)
+{
+	return resolution == RESOLUTION_DEDUP_WINDOW ? "dedup_window" : NULL;
 }

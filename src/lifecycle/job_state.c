@@ -4,8 +4,9 @@
  *      The delivery guarantee in one screen: every transition a job makes
  *      (transitions[]: claim, call result, a lost sender's recovery,
  *      notif_retry, notif_cancel) and how a call's result is classified
- *      (classification[], and answers[] for the push platforms' reasons).  The senders and the SQL functions only carry
- *      out what these tables say; SQL reads them as notif_transitions(),
+ *      (classification[], and answers[] for the push platforms' reasons).
+ *      The senders and the SQL functions only carry out what these tables
+ *      say; SQL reads them as notif_transitions(),
  *      whose expected output (expected/lifecycle.out) is the specification,
  *      and the TAP tests name their rows.
  *
@@ -54,6 +55,8 @@ static const NotifTransitionRow transitions[] = {
 	/* an at_most_once call ended: the job is already 'sent' */
 	{"amo_accepted", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_ACCEPTED, COND_ALWAYS,
 	SENT, false, TRIES_KEPT, false, NULL},
+	{"amo_unknown_dedup_retry", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_UNKNOWN, COND_IN_DEDUP_WINDOW,
+	QUEUED, true, TRIES_KEPT, false, NULL},	/* the provider drops a repeat */
 	{"amo_unknown", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_UNKNOWN, COND_ALWAYS,
 	SENT, false, TRIES_KEPT, false, NULL},	/* never again */
 	{"amo_rejected", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_REJECTED, COND_ALWAYS,
@@ -64,6 +67,8 @@ static const NotifTransitionRow transitions[] = {
 	FAILED, false, TRIES_KEPT, false, NULL},
 	{"amo_unreached_retry", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_UNREACHED, COND_ALWAYS,
 	QUEUED, true, TRIES_KEPT, false, NULL},
+	{"amo_dedup_window_passed", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_NOT_STARTED, COND_DEDUP_WINDOW_PASSED,
+	SENT, false, TRIES_UNCOUNTED, false, "the provider's deduplication window passed before the retry could start: not sent again"},
 	{"amo_not_started", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_NOT_STARTED, COND_ALWAYS,
 	EXPIRED, false, TRIES_UNCOUNTED, false, "deadline passed before the attempt could start"},
 
@@ -76,6 +81,8 @@ static const NotifTransitionRow transitions[] = {
 	FAILED, false, TRIES_KEPT, false, NULL},
 	{"alo_out_of_time", EVENT_CALL_ENDED, ALO, SENDING, AMBIGUOUS, COND_OUT_OF_TIME,
 	EXPIRED, false, TRIES_KEPT, false, NULL},
+	{"alo_retry_in_dedup_window", EVENT_CALL_ENDED, ALO, SENDING, OUTCOME_UNKNOWN, COND_IN_DEDUP_WINDOW,
+	QUEUED, true, TRIES_KEPT, false, NULL},	/* no duplicate: the provider drops it */
 	{"alo_retry", EVENT_CALL_ENDED, ALO, SENDING, AMBIGUOUS, COND_ALWAYS,
 	QUEUED, true, TRIES_KEPT, false, NULL},
 	{"alo_not_started", EVENT_CALL_ENDED, ALO, SENDING, OUTCOME_NOT_STARTED, COND_ALWAYS,
@@ -234,6 +241,10 @@ condition_holds(NotifCondition when, const NotifFacts *f)
 			return !f->held;
 		case COND_CANCELLED_BY_KIND:
 			return f->cancelled && f->by_kind;
+		case COND_IN_DEDUP_WINDOW:
+			return f->in_dedup_window;
+		case COND_DEDUP_WINDOW_PASSED:
+			return f->dedup_window_passed;
 	}
 	return false;
 }
@@ -317,14 +328,31 @@ notif_ends_sent(NotifDelivery delivery, NotifOutcome outcome)
 }
 
 /*
+ * Whether a claimed call may still start: not after its deadline, and, for
+ * an at_most_once retry made for its provider's deduplication window, only
+ * inside that window (else it could be a second delivery).  A call that may
+ * not ends as not started (amo_dedup_window_passed, *_not_started).
+ */
+bool
+notif_call_may_start(NotifDelivery delivery, TimestampTz deadline_at, const NotifDedup *dedup,
+					 TimestampTz now)
+{
+	if (deadline_at != 0 && now >= deadline_at)
+		return false;
+	if (delivery == AT_MOST_ONCE && dedup->retry && now >= dedup->until)
+		return false;
+	return true;
+}
+
+/*
  * What a job becomes after its call ended (EVENT_CALL_ENDED) or its sender
- * was lost during it (EVENT_SENDER_LOST): the row that applies, and when
- * the next try is due if it retries.
+ * was lost during it (EVENT_SENDER_LOST): the row that applies, when the
+ * next try is due if it retries, and what notif_job.resolved_by becomes.
  */
 NotifTransition
 notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 				 int tries, const NotifRetryPolicy *policy, TimestampTz now,
-				 TimestampTz deadline_at, int64 retry_after_ms)
+				 TimestampTz deadline_at, int64 retry_after_ms, const NotifDedup *dedup)
 {
 	NotifTransition t = {0};
 	NotifFacts	facts = {0};
@@ -336,6 +364,9 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 	next_at = TimestampTzPlusMilliseconds(now, delay_ms);
 	facts.out_of_tries = tries >= policy->max_tries;
 	facts.out_of_time = deadline_at != 0 && next_at >= deadline_at;
+	facts.in_dedup_window = dedup->until != 0 && !facts.out_of_tries && !facts.out_of_time &&
+		next_at < dedup->until;
+	facts.dedup_window_passed = dedup->retry && now >= dedup->until;
 
 	t.row = notif_find_transition(event, delivery,
 								  (NotifStatus) notif_claim_row(delivery, false)->to,
@@ -347,5 +378,11 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 	t.tries_delta = (t.row->tries == TRIES_UNCOUNTED) ? -1 : 0;
 	if (t.row->retries)
 		t.next_at = next_at;
+	if (t.row->when == COND_IN_DEDUP_WINDOW)
+		t.resolution = RESOLUTION_DEDUP_WINDOW;
+	else if (outcome == OUTCOME_UNKNOWN || t.row->when == COND_DEDUP_WINDOW_PASSED)
+		t.resolution = RESOLUTION_NONE;
+	else
+		t.resolution = RESOLUTION_KEPT;
 	return t;
 }

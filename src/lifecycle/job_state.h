@@ -67,8 +67,27 @@ typedef enum NotifCondition
 	COND_OUT_OF_TIME,			/* the next try would start after the deadline */
 	COND_IDLE_FORCED,			/* retry: no sender holds it, force => true */
 	COND_IDLE,					/* retry: no sender holds it */
-	COND_CANCELLED_BY_KIND		/* retry of a whole type: a cancelled job */
+	COND_CANCELLED_BY_KIND,		/* retry of a whole type: a cancelled job */
+	COND_IN_DEDUP_WINDOW,		/* a try is left, before the deadline, and it
+								 * reaches the provider inside the window in
+								 * which it deduplicates the job's key */
+	COND_DEDUP_WINDOW_PASSED	/* a retry made for that window could not
+								 * start inside it */
 } NotifCondition;
+
+/*
+ * How the last ambiguous outcome of a job was resolved (notif_job.resolved_by),
+ * as a transition leaves it: a row whose condition is COND_IN_DEDUP_WINDOW
+ * resolves it by the provider's deduplication window; any other row that
+ * ends an ambiguous call, or finds that window passed, leaves it unresolved;
+ * the rest keep what the job had.
+ */
+typedef enum NotifResolution
+{
+	RESOLUTION_KEPT,
+	RESOLUTION_NONE,			/* NULL: unresolved */
+	RESOLUTION_DEDUP_WINDOW		/* 'dedup_window' */
+} NotifResolution;
 
 /* what the tries become */
 typedef enum NotifTries
@@ -105,7 +124,21 @@ typedef struct NotifFacts
 	bool		forced;
 	bool		cancelled;
 	bool		by_kind;
+	bool		in_dedup_window;
+	bool		dedup_window_passed;
 } NotifFacts;
+
+/*
+ * A job whose provider deduplicates its key for a window (its dedup_window,
+ * less its timeout: the latest a call may start and still reach it inside
+ * the window), counted from the job's creation, which its first call
+ * cannot precede.
+ */
+typedef struct NotifDedup
+{
+	TimestampTz until;			/* 0: the provider does not deduplicate */
+	bool		retry;			/* this call is a retry made for the window */
+} NotifDedup;
 
 /* the retry policy of a type */
 typedef struct NotifRetryPolicy
@@ -122,6 +155,7 @@ typedef struct NotifTransition
 	NotifStatus status;			/* next notif_job.status */
 	TimestampTz next_at;		/* when row->retries */
 	int			tries_delta;
+	NotifResolution resolution; /* what notif_job.resolved_by becomes */
 } NotifTransition;
 
 /* names, in one place (job_names.c) */
@@ -141,6 +175,7 @@ extern const NotifTransitionRow *notif_transition_rows(int *n);
 extern const char *notif_event_name(NotifEvent event);
 extern const char *notif_condition_name(NotifCondition when);
 extern const char *notif_tries_name(NotifTries tries);
+extern const char *notif_resolution_name(NotifResolution resolution);
 
 /* the first row that applies, or NULL */
 extern const NotifTransitionRow *notif_find_transition(NotifEvent event,
@@ -186,12 +221,15 @@ extern const NotifAnswerRow *notif_classify_answer(const char *platform, long ht
 												   const char *reason);
 
 extern bool notif_ends_sent(NotifDelivery delivery, NotifOutcome outcome);
+extern bool notif_call_may_start(NotifDelivery delivery, TimestampTz deadline_at,
+								 const NotifDedup *dedup, TimestampTz now);
 extern NotifTransition notif_after_call(NotifEvent event, NotifDelivery delivery,
 										NotifOutcome outcome,
 										int tries,
 										const NotifRetryPolicy *policy,
 										TimestampTz now,
 										TimestampTz deadline_at,	/* 0: none */
-										int64 retry_after_ms);
+										int64 retry_after_ms,
+										const NotifDedup *dedup);
 
 #endif							/* NOTIF_JOB_STATE_H */

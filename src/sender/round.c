@@ -123,6 +123,12 @@ new_call(NotifTypeConf *type, NotifClaimedJob *job)
 	call->job.claimed_by = sender.incarnation;
 	call->job.deadline_at = job->deadline_at;
 	call->job.policy = type->policy;
+	if (type->provider.dedup_reach_ms > 0)
+		call->job.dedup.until = TimestampTzPlusMilliseconds(job->created_at,
+															type->provider.dedup_reach_ms);
+	else if (job->dedup_retry)
+		call->job.dedup.until = job->created_at;	/* no window now: passed */
+	call->job.dedup.retry = job->dedup_retry;
 	call->timeout_ms = type->provider.timeout_ms;
 	call->connect_timeout_ms = type->provider.connect_timeout_ms;
 	call->throttle = type->provider.throttle;
@@ -267,8 +273,9 @@ start_claimed(void)
 		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
 
 		dlist_delete(&call->node);
-		if (call->job.deadline_at != 0 && GetCurrentTimestamp() >= call->job.deadline_at)
-			never_started(call, OUTCOME_NOT_STARTED);	/* none after the deadline */
+		if (!notif_call_may_start(call->job.delivery, call->job.deadline_at, &call->job.dedup,
+								  GetCurrentTimestamp()))
+			never_started(call, OUTCOME_NOT_STARTED);
 		else if (call->refused)
 		{
 			call->error = call->refused;	/* its provider cannot take it: no call */

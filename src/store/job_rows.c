@@ -45,6 +45,8 @@ notif_claimed_from_rows(MemoryContext cxt, NotifClaimedJob **out)
 		j->tries = spi_col_int(i, 6);
 		j->deadline_at = spi_col_timestamptz(i, 7);
 		j->earlier_tries = spi_col_int(i, 8);
+		j->created_at = spi_col_timestamptz(i, 9);
+		j->dedup_retry = DatumGetBool(spi_col(i, 10, &isnull));
 	}
 	*out = jobs;
 	return (int) SPI_processed;
@@ -103,6 +105,7 @@ notif_record_arrays(const NotifResult *results, int n, Datum *values)
 	{
 		const NotifResult *r = &results[i];
 		const char *outcome = notif_outcome_name(r->outcome);
+		const char *resolved_by;
 
 		elems[REC_ID][i] = Int64GetDatum(r->job_id);
 		elems[REC_TRIES][i] = Int32GetDatum(r->tries);
@@ -127,6 +130,12 @@ notif_record_arrays(const NotifResult *results, int n, Datum *values)
 		elems[REC_STARTED][i] = TimestampTzGetDatum(r->started_at);
 		elems[REC_ENDED][i] = TimestampTzGetDatum(r->ended_at);
 		elems[REC_ATTEMPT][i] = Int32GetDatum(r->earlier_tries + r->tries);
+		elems[REC_RESOLVES][i] = BoolGetDatum(r->next.resolution != RESOLUTION_KEPT);
+		resolved_by = notif_resolution_name(r->next.resolution);
+		if (resolved_by)
+			elems[REC_RESOLVED_BY][i] = CStringGetTextDatum(resolved_by);
+		else
+			nulls[REC_RESOLVED_BY][i] = true;
 	}
 	for (c = 0; c < N_RECORD_COLUMNS; c++)
 		values[c] = spi_array_of(elems[c], nulls[c], n, notif_record_columns[c].elemtype);

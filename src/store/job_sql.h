@@ -23,6 +23,8 @@ typedef struct NotifClaimedJob
 	int			tries;
 	TimestampTz deadline_at;	/* 0: none */
 	int			earlier_tries;	/* before the last re-drive */
+	TimestampTz created_at;
+	bool		dedup_retry;	/* queued again for its provider's window */
 } NotifClaimedJob;
 
 /* a job held by a sender that is gone */
@@ -71,7 +73,9 @@ extern char *notif_sql_wrong_version;
 	C(TRIES_DELTA, tries_delta, INT4OID, INT4ARRAYOID, "int4") \
 	C(STARTED, started_at, TIMESTAMPTZOID, TIMESTAMPTZARRAYOID, "timestamptz") \
 	C(ENDED, ended_at, TIMESTAMPTZOID, TIMESTAMPTZARRAYOID, "timestamptz") \
-	C(ATTEMPT, attempt, INT4OID, INT4ARRAYOID, "int4")
+	C(ATTEMPT, attempt, INT4OID, INT4ARRAYOID, "int4") \
+	C(RESOLVES, resolves, BOOLOID, BOOLARRAYOID, "bool") \
+	C(RESOLVED_BY, resolved_by, TEXTOID, TEXTARRAYOID, "text")
 
 #define AS_ENUM(e, name, elem, array, sqltype) REC_##e,
 enum

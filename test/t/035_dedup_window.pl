@@ -1,0 +1,126 @@
+# 035_dedup_window.pl: a provider that deduplicates (notif_provider.dedup_window)
+# lets an ambiguous call be retried with the same key while the retry still
+# reaches it inside its window: the rows amo_unknown_dedup_retry,
+# alo_retry_in_dedup_window and amo_dedup_window_passed of the lifecycle
+# (src/lifecycle/job_state.c), checked in notif_job (resolved_by) and in the
+# simulator's ledger.  The simulator runs with --idempotency: it acts on a
+# key once, as such a provider promises; the first call of each job ends
+# ambiguous (held past the timeout, X-Sim-Fail-First: 1), the next succeeds.
+use strict;
+use warnings;
+use lib 'test';
+use NotifTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = new_node('dedup_window');
+my $sim = start_sim('--idempotency');
+
+# one provider per case, all on the simulator, a 600 ms timeout
+sub provider
+{
+	my ($name, $fault, $window) = @_;
+	set_provider($node, $name, $sim->{url},
+		headers => qq('{"X-Sim-Fault": "$fault", "X-Sim-Fail-First": "1"}'),
+		idempotency_header => q('Idempotency-Key'),
+		timeout => q('600 ms'),
+		dedup_window => $window);
+}
+provider('dedup', 'timeout_delivered', q('1 minute'));
+provider('dedup_lost', 'timeout', q('1 minute'));
+provider('plain', 'timeout_delivered', 'NULL');
+# the window less the timeout, 100 ms, ends before the first backoff
+provider('short', 'timeout_delivered', q('700 ms'));
+provider('passing', 'timeout_delivered', q('10600 ms'));
+
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max) VALUES
+		('amo_dedup', 'at_most_once', 3, 'dedup', '100 ms', '200 ms'),
+		('amo_dedup_lost', 'at_most_once', 3, 'dedup_lost', '100 ms', '200 ms'),
+		('alo_dedup', 'at_least_once', 3, 'dedup', '100 ms', '200 ms'),
+		('amo_plain', 'at_most_once', 3, 'plain', '100 ms', '200 ms'),
+		('amo_short', 'at_most_once', 3, 'short', '1 s', '1 s'),
+		('amo_passing', 'at_most_once', 3, 'passing', '4 s', '4 s');
+});
+
+# the settings are checked: a window needs the key's header, and is positive
+my ($rc, $out, $err) = $node->psql('postgres',
+	q{UPDATE notif_provider SET idempotency_header = NULL WHERE name = 'dedup'});
+like($err, qr/violates check constraint "notif_provider_dedup_window_check"/,
+	'a dedup_window without an idempotency_header is refused');
+($rc, $out, $err) = $node->psql('postgres',
+	q{UPDATE notif_provider SET dedup_window = '0 s' WHERE name = 'plain'});
+like($err, qr/violates check constraint "notif_provider_dedup_window_check"/,
+	'a dedup_window of 0 is refused');
+
+my %id;
+for my $kind (qw(amo_dedup amo_dedup_lost alo_dedup amo_plain amo_short))
+{
+	$id{$kind} = $node->safe_psql('postgres',
+		qq{SELECT notif_enqueue(1, '$kind', 'o1', '{"to":"+84900000001","text":"$kind"}')});
+}
+ok( wait_until(
+		$node,
+		q{SELECT count(*) = 0 FROM notif_job WHERE status IN ('queued', 'sending') OR claimed_by IS NOT NULL}),
+	'every job reached a final state');
+
+sub job
+{
+	my ($kind) = @_;
+	return $node->safe_psql('postgres',
+		qq{SELECT status || ' ' || coalesce(outcome, '-') || ' ' || tries || ' ' || coalesce(resolved_by, '-')
+		     FROM notif_job WHERE id = $id{$kind}});
+}
+my @rows = (
+	# kind, job (status outcome tries resolved_by), ledger (received delivered), what
+	['amo_dedup', 'sent accepted 2 dedup_window', '2 1',
+		'amo_unknown_dedup_retry, then amo_accepted: at_most_once, timeout after delivering: retried inside the window, the provider dropped the repeat'],
+	['amo_dedup_lost', 'sent accepted 2 dedup_window', '2 1',
+		'amo_unknown_dedup_retry, then amo_accepted: at_most_once, timeout before delivering: the retry delivered it (no loss)'],
+	['alo_dedup', 'sent accepted 2 dedup_window', '2 1',
+		'alo_retry_in_dedup_window, then alo_accepted: at_least_once: the retry is no duplicate'],
+	['amo_plain', 'sent unknown 1 -', '1 1',
+		'amo_unknown: at_most_once, no window declared: never again, as without one'],
+	['amo_short', 'sent unknown 1 -', '1 1',
+		'amo_unknown: at_most_once, the next try would reach the provider after its window: not retried'],
+);
+for my $r (@rows)
+{
+	my ($kind, $want, $ledger, $what) = @$r;
+	is(job($kind), $want, "$kind: $what");
+	my @l = split / /, ledger_key($sim, "$kind:1:o1");
+	is("$l[0] $l[1]", $ledger, "$kind: the provider received and delivered (ledger)");
+}
+
+# A retry made for the window that cannot start inside it is not made: the
+# type is paused after the first call, and resumed once the window (less
+# the timeout: 10 s) has passed since the job was created.
+$id{amo_passing} = $node->safe_psql('postgres',
+	q{SELECT notif_enqueue(1, 'amo_passing', 'o1', '{"to":"+84900000001","text":"passing"}')});
+ok( wait_until(
+		$node,
+		qq{SELECT status = 'queued' AND tries = 1 AND resolved_by = 'dedup_window'
+		     FROM notif_job WHERE id = $id{amo_passing}}),
+	'amo_passing: its first call ended unknown, and it is queued again for the window');
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = true WHERE code = 'amo_passing'});
+wait_config_read($node, 'default');
+is($node->safe_psql('postgres', qq{SELECT tries FROM notif_job WHERE id = $id{amo_passing}}),
+	'1', 'amo_passing: paused before its retry was claimed');
+ok( wait_until(
+		$node,
+		qq{SELECT now() > created_at + interval '10200 ms' FROM notif_job WHERE id = $id{amo_passing}}),
+	'amo_passing: the window less the timeout has passed');
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = false WHERE code = 'amo_passing'});
+ok( wait_until(
+		$node,
+		qq{SELECT status <> 'queued' AND claimed_by IS NULL FROM notif_job WHERE id = $id{amo_passing}}),
+	'amo_passing: claimed after the window');
+is(job('amo_passing'), 'sent unknown 1 -',
+	'amo_dedup_window_passed: at_most_once, the retry could not reach the provider inside its window: not made, sent and unknown as before');
+like($node->safe_psql('postgres', qq{SELECT last_error FROM notif_job WHERE id = $id{amo_passing}}),
+	qr/deduplication window passed before the retry could start/, 'amo_passing: last_error says why');
+my @l = split / /, ledger_key($sim, 'amo_passing:1:o1');
+is("$l[0] $l[1]", '1 1', 'amo_passing: the provider received it once');
+
+done_testing();
