@@ -1,12 +1,17 @@
 /*
  * notif_deliver 1.2 -> 1.3
  *
- * Plain SQL, run by ALTER EXTENSION notif_deliver UPDATE (and by a fresh
- * CREATE EXTENSION, after the 1.0 script and the updates to 1.2: there is
- * one path to 1.3).  Delivery pauses while the 1.3 library waits for this
- * update, and resumes when it commits.
+ * Plain SQL, run by ALTER EXTENSION notif_deliver UPDATE (a fresh CREATE
+ * EXTENSION runs notif_deliver--1.3.sql instead).  Delivery pauses while
+ * the 1.3 library waits for this update, and resumes when it commits.
  *
  * Each part below says what it adds; docs: doc/reference.md, "Upgrading".
+ *
+ * EVERY CHANGE TO 1.3 GOES INTO BOTH FILES: this one and
+ * notif_deliver--1.3.sql, the full install script that CREATE EXTENSION
+ * runs.  The regression test sql/upgrade.sql proves that they agree (it
+ * compares a database updated 1.0 -> 1.1 -> 1.2 -> 1.3 with a fresh one:
+ * sql/schema_fingerprint.sql).
  */
 
 -- complain if script is sourced in psql, rather than via ALTER EXTENSION
