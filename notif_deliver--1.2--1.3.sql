@@ -298,6 +298,9 @@ ALTER TABLE notif_job
     ADD COLUMN resolved_by text
         CONSTRAINT notif_job_resolved_by_check CHECK (resolved_by IN ('dedup_window'));
 
+COMMENT ON COLUMN notif_provider.dedup_window IS 'how long the provider drops a repeat of a key: ambiguous calls are retried inside it';
+COMMENT ON COLUMN notif_job.resolved_by IS 'how the last ambiguous call was resolved: dedup_window; NULL: not resolved';
+
 /*
  * notif_redrive(ids, status) as in 1.2, and the re-driven job starts with
  * no resolution: a retry an operator asks for is not one made for a

@@ -99,8 +99,14 @@ CREATE TABLE notif_provider (
     ca_cert text
         CONSTRAINT notif_provider_ca_cert_check
         CHECK (ca_cert LIKE '%-----BEGIN CERTIFICATE-----%-----END CERTIFICATE-----%'),
+    -- (1.3) how long the provider drops a repeat of a key it received,
+    -- counted from its first copy (NULL: it promises nothing); it needs the
+    -- header that carries the key
+    dedup_window interval,
     CONSTRAINT notif_provider_credentials_check
-        CHECK (notif_credentials_check(auth, credentials))
+        CHECK (notif_credentials_check(auth, credentials)),
+    CONSTRAINT notif_provider_dedup_window_check
+        CHECK (dedup_window IS NULL OR (dedup_window > interval '0' AND idempotency_header IS NOT NULL))
 );
 
 COMMENT ON TABLE notif_provider IS 'HTTP endpoints that notifications are delivered to';
@@ -109,6 +115,7 @@ COMMENT ON COLUMN notif_provider.auth IS 'token the sender signs: google_service
 COMMENT ON COLUMN notif_provider.credentials IS 'the service-account JSON file, or {key_id, team_id, private_key} of an APNs .p8 key';
 COMMENT ON COLUMN notif_provider.max_connections IS 'HTTP/2 connections per lane to this provider (shared out between its senders, at least one each); calls are multiplexed over them';
 COMMENT ON COLUMN notif_provider.ca_cert IS 'PEM CA certificate(s) to verify the provider with, instead of the system store';
+COMMENT ON COLUMN notif_provider.dedup_window IS 'how long the provider drops a repeat of a key: ambiguous calls are retried inside it';
 
 INSERT INTO notif_provider (name) VALUES ('default');
 
@@ -351,6 +358,10 @@ CREATE TABLE notif_job (
     -- was accepted has no notif_attempt row, its job row describes it
     last_started_at timestamptz,
     last_ended_at timestamptz,
+    -- (1.3) how the job's last ambiguous call was resolved ('dedup_window':
+    -- retried inside its provider's window); NULL: it was not
+    resolved_by text
+        CONSTRAINT notif_job_resolved_by_check CHECK (resolved_by IN ('dedup_window')),
     CONSTRAINT notif_job_key UNIQUE (user_id, kind, order_id)
 ) WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02,
         fillfactor = 40);
@@ -359,6 +370,7 @@ COMMENT ON TABLE notif_job IS 'notifications to deliver (the outbox), one row pe
 COMMENT ON COLUMN notif_job.earlier_tries IS 'tries made before the last notif_retry; attempts are numbered after them';
 COMMENT ON COLUMN notif_job.last_started_at IS 'when the job''s last call started (NULL: no call recorded since 1.2)';
 COMMENT ON COLUMN notif_job.last_ended_at IS 'when the job''s last call ended';
+COMMENT ON COLUMN notif_job.resolved_by IS 'how the last ambiguous call was resolved: dedup_window; NULL: not resolved';
 
 -- notif_stats reads a window of recent jobs: a BRIN index costs next to
 -- nothing to keep (jobs arrive in time order) and spares a full scan
@@ -753,7 +765,8 @@ BEGIN
                tries = 0,
                next_at = now(),
                deadline_at = now() OPERATOR(pg_catalog.+) t.deadline,
-               sent_at = NULL
+               sent_at = NULL,
+               resolved_by = NULL
           FROM @extschema@.notif_type t
          WHERE j.id OPERATOR(pg_catalog.=) ANY (ids)
            AND t.code OPERATOR(pg_catalog.=) j.kind
