@@ -29,7 +29,8 @@
 # access tokens: the next FCM call is a 401), POST /release-tokens (see
 # --token-hold), POST /expires-in/VALUE (the token endpoint's expires_in
 # is the JSON text VALUE from then on, e.g. 1e30 or -5; POST /expires-in/
-# goes back to --token-life).  Answers can be held --delay-ms, so that many calls are
+# goes back to --token-life), POST /delay-ms/N (--delay-ms from then on;
+# answers already held keep theirs).  Answers can be held --delay-ms, so that many calls are
 # in flight at once; with --token-hold 1, the token endpoint's are held
 # until POST /release-tokens (token_answers counts those written).  It
 # logs no header, token or body.
@@ -212,6 +213,7 @@ sub handle
 	if ($method eq 'GET' && $target eq '/health') { return (respond(200, 'ok'), 0); }
 	if ($method eq 'POST' && $target eq '/revoke') { %issued = (); return (respond(200, ''), 0); }
 	if ($method eq 'POST' && $target =~ m{^/expires-in/(.*)$}) { $expires_in = $1; return (respond(200, ''), 0); }
+	if ($method eq 'POST' && $target =~ m{^/delay-ms/(\d+)$}) { $o{'delay-ms'} = $1; return (respond(200, ''), 0); }
 	if ($method eq 'POST' && $target eq '/release-tokens')
 	{
 		for my $h (splice @held_tokens)

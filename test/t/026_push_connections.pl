@@ -148,8 +148,10 @@ ok(wait_until($node, q{SELECT count(*) = 8 FROM notif_job WHERE kind = 'apns_pus
 	'resumed, the provider\'s jobs are sent over new connections');
 cmp_ok(front_open(), '>', 0, 'which stay open');
 
-# it leaves with calls in flight (the front answers after 500 ms): they
-# end and are recorded, then the connections close
+# it leaves with calls in flight (the front answers these after 4 s, so
+# that they are still in flight however slow the machine is once the sender
+# has read the lane): they end and are recorded, then the connections close
+push_control($rig, '/delay-ms/4000');
 enqueue_apns(8, 'd', 'a7b8c9');
 ok(wait_until($node, q{SELECT count(*) > 0 FROM notif_job WHERE kind = 'apns_push' AND order_id LIKE 'd%' AND status = 'sending'}),
 	'calls are in flight');
@@ -157,6 +159,7 @@ $node->safe_psql('postgres', q{UPDATE notif_type SET paused = true WHERE code = 
 ok(wait_config_read($node, 'push'), 'the sender read the lane without the provider');
 cmp_ok($node->safe_psql('postgres', q{SELECT count(*) FROM notif_job WHERE kind = 'apns_push' AND order_id LIKE 'd%' AND status = 'sending'}),
 	'>', 0, 'with some of its calls still in flight');
+push_control($rig, '/delay-ms/500');
 ok(wait_until($node, q{SELECT count(*) = 8 FROM notif_job WHERE kind = 'apns_push' AND order_id LIKE 'd%' AND status = 'sent' AND outcome = 'accepted'}),
 	'the calls in flight ended and were recorded, accepted');
 is(front_closed(), 0, 'then the sender closed the connections');
