@@ -264,7 +264,8 @@ ALTER TABLE notif_provider
     CHECK (notif_transport_check(url, headers, auth, credentials)) NOT VALID;
 
 /* ---------------------------------------------------------------------
- * Resolving the unknown: a provider that deduplicates
+ * Resolving the unknown: a provider that deduplicates, and delivery
+ * reports waited for
  *
  * A call that ends ambiguous (a timeout after sending, a reset, a 5xx) may
  * or may not have been acted on.  A provider that promises to drop a
@@ -291,15 +292,16 @@ ALTER TABLE notif_provider
 
 /*
  * resolved_by: how the job's last ambiguous call was resolved
- * ('dedup_window': retried inside the provider's window); NULL when it was
- * not, or the job never had one.
+ * ('dedup_window': retried inside the provider's window; 'report': a
+ * delivery report came before its retry, below); NULL when it was not, or
+ * the job never had one.
  */
 ALTER TABLE notif_job
     ADD COLUMN resolved_by text
-        CONSTRAINT notif_job_resolved_by_check CHECK (resolved_by IN ('dedup_window'));
+        CONSTRAINT notif_job_resolved_by_check CHECK (resolved_by IN ('dedup_window', 'report'));
 
 COMMENT ON COLUMN notif_provider.dedup_window IS 'how long the provider drops a repeat of a key: ambiguous calls are retried inside it';
-COMMENT ON COLUMN notif_job.resolved_by IS 'how the last ambiguous call was resolved: dedup_window; NULL: not resolved';
+COMMENT ON COLUMN notif_job.resolved_by IS 'how the last ambiguous call was resolved: dedup_window or report; NULL: not resolved';
 
 /*
  * notif_redrive(ids, status) as in 1.2, and the re-driven job starts with
@@ -342,3 +344,269 @@ BEGIN
     RETURN n;
 END;
 $$;
+
+/*
+ * resolve_wait: how long an at_least_once type holds the retry of an
+ * ambiguous call for a delivery report of the job (as far as its deadline
+ * allows: the retry still starts a provider's timeout before it); 0: no
+ * wait.  Row alo_retry_after_report_wait.
+ */
+ALTER TABLE notif_type
+    ADD COLUMN resolve_wait interval NOT NULL DEFAULT interval '0'
+        CONSTRAINT notif_type_resolve_wait_check CHECK (resolve_wait >= interval '0');
+
+COMMENT ON COLUMN notif_type.resolve_wait IS 'how long the retry of an ambiguous call waits for a delivery report';
+
+/*
+ * notif_dlr as in 1.1, and a delivered report for a job queued again after
+ * an ambiguous call ends it 'sent' (resolved_by 'report'): the call it
+ * would retry did deliver.  Rows report_resolves, report_recorded.
+ */
+CREATE OR REPLACE FUNCTION notif_dlr(key text, delivered boolean,
+                          reported_at timestamptz DEFAULT now())
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    parts text[];
+    job bigint;
+    d record;
+BEGIN
+    IF key IS NULL OR delivered IS NULL THEN
+        RAISE EXCEPTION 'notif_dlr: key and delivered must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+
+    -- key = kind:user_id:order_id (the kind has no ':'; the order_id may)
+    parts := regexp_match(key, '^([^:]+):(-?[0-9]{1,19}):(.+)$');
+    IF parts IS NOT NULL
+       AND parts[2]::numeric BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
+        SELECT j.id INTO job
+          FROM @extschema@.notif_job j
+         WHERE j.user_id OPERATOR(pg_catalog.=) parts[2]::bigint
+           AND j.kind OPERATOR(pg_catalog.=) parts[1]
+           AND j.order_id OPERATOR(pg_catalog.=) parts[3];
+    END IF;
+
+    INSERT INTO @extschema@.notif_dlr (key, job_id, delivered, reported_at)
+    VALUES (key, job, delivered, coalesce(reported_at, now()));
+
+    -- (1.3) delivered: a job queued again after an ambiguous call is done,
+    -- as the lifecycle's "report" rows say (report_resolves)
+    IF delivered AND job IS NOT NULL THEN
+        SELECT * INTO d FROM @extschema@.notif_decide('notif_dlr', job, 'report', false);
+        IF d.to_status IS NOT NULL THEN
+            UPDATE @extschema@.notif_job n
+               SET status = d.to_status, sent_at = now(), resolved_by = 'report'
+             WHERE n.id OPERATOR(pg_catalog.=) job;
+            DELETE FROM @extschema@.notif_active a
+             WHERE a.job_id OPERATOR(pg_catalog.=) job;
+        END IF;
+    END IF;
+    RETURN job;
+END;
+$$;
+
+/*
+ * notif_stats as in 1.2, and per type the jobs whose last ambiguous call
+ * was resolved, by each means (resolved_dedup_window, resolved_report, at
+ * the end); such jobs are left out of estimated_lost and
+ * estimated_duplicates.
+ */
+CREATE OR REPLACE VIEW notif_stats AS
+WITH settings AS (
+    SELECT now() - coalesce(current_setting('notif_deliver.stats_window', true), '1d')::interval AS since,
+           coalesce(current_setting('notif_deliver.stats_window', true), '1d')::interval AS stats_window,
+           coalesce(current_setting('notif_deliver.stats_dlr_grace', true), '10min')::interval AS grace,
+           coalesce(current_setting('notif_deliver.stats_min_sample', true), '100')::int AS min_sample
+),
+-- A job tried once, and not ambiguously, is known from its row: that one
+-- call's outcome is the job's.  Only the others (a few per cent: retried,
+-- or ended unknown) have their calls read from notif_attempt.
+per_job AS (
+    SELECT j.kind, j.status,
+           -- (a call in flight is counted in tries, and has no row yet)
+           CASE WHEN x.detailed THEN a.attempts
+                ELSE j.tries + j.earlier_tries - (j.claimed_by IS NOT NULL)::int END AS attempts,
+           CASE WHEN x.detailed THEN a.ambiguous ELSE 0 END AS ambiguous,
+           CASE WHEN x.detailed THEN a.accepted
+                ELSE (j.outcome IS NOT DISTINCT FROM 'accepted')::int END AS accepted,
+           d.reports,
+           d.delivered,
+           -- finished, and its reports had time to arrive
+           (j.status IN ('sent', 'failed', 'expired') AND j.claimed_by IS NULL
+            AND coalesce(CASE WHEN x.detailed THEN a.last_ended
+                              ELSE greatest(j.next_at, j.sent_at) END < now() - s.grace, false)) AS judged,
+           -- it ended on an ambiguous call: delivered, or lost?
+           (j.status IN ('sent', 'failed', 'expired') AND j.claimed_by IS NULL
+            AND j.outcome = 'unknown') AS ended_ambiguous,
+           -- (1.3) its last ambiguous call resolved: by the provider's
+           -- deduplication window (no copy beyond one), or by a delivery
+           -- report (delivered, not retried)
+           j.resolved_by
+      FROM notif_job j
+     CROSS JOIN settings s
+     CROSS JOIN LATERAL (SELECT j.tries + j.earlier_tries > 1
+                                OR j.outcome IS NOT DISTINCT FROM 'unknown' AS detailed) x
+     CROSS JOIN LATERAL (SELECT count(*) AS attempts,
+                                count(*) FILTER (WHERE c.outcome = 'unknown') AS ambiguous,
+                                count(*) FILTER (WHERE c.outcome = 'accepted') AS accepted,
+                                max(c.ended_at) AS last_ended
+                           FROM notif_attempt c
+                          WHERE x.detailed AND c.job_id = j.id) a
+     -- its reports, by index (whatever the planner knows of the tables)
+     CROSS JOIN LATERAL (SELECT count(*) AS reports,
+                                count(*) FILTER (WHERE r.delivered) AS delivered
+                           FROM notif_dlr r
+                          WHERE r.job_id = j.id) d
+     WHERE j.created_at >= s.since
+),
+-- the jobs in a few groups; what the estimates need is kept apart
+groups AS MATERIALIZED (
+    SELECT kind, status, ambiguous, ended_ambiguous, resolved_by,
+           count(*) AS jobs,
+           sum(attempts) AS attempts,
+           count(*) FILTER (WHERE reports > 0) AS dlr_jobs,
+           coalesce(sum(ambiguous) FILTER (WHERE judged), 0) AS q_sample,
+           coalesce(sum(least(ambiguous, greatest(0, delivered - accepted))) FILTER (WHERE judged), 0) AS q_delivered,
+           count(*) FILTER (WHERE judged AND ended_ambiguous AND delivered = 0) AS measured_lost,
+           coalesce(sum(delivered - 1) FILTER (WHERE delivered > 1), 0) AS measured_duplicates
+      FROM per_job
+     GROUP BY kind, status, ambiguous, ended_ambiguous, resolved_by
+),
+per_kind AS (
+    SELECT kind,
+           sum(jobs) AS jobs,
+           coalesce(sum(jobs) FILTER (WHERE status = 'queued'), 0) AS queued,
+           coalesce(sum(jobs) FILTER (WHERE status = 'sending'), 0) AS sending,
+           coalesce(sum(jobs) FILTER (WHERE status = 'sent'), 0) AS sent,
+           coalesce(sum(jobs) FILTER (WHERE status = 'failed'), 0) AS failed,
+           coalesce(sum(jobs) FILTER (WHERE status = 'expired'), 0) AS expired,
+           sum(attempts) AS attempts,
+           sum(ambiguous * jobs) AS ambiguous,
+           sum(dlr_jobs) AS dlr_jobs,
+           sum(q_sample) AS q_sample,
+           sum(q_delivered) AS q_delivered,
+           sum(measured_lost) AS measured_lost,
+           sum(measured_duplicates) AS measured_duplicates,
+           coalesce(sum(jobs) FILTER (WHERE resolved_by = 'dedup_window'), 0) AS resolved_dedup_window,
+           coalesce(sum(jobs) FILTER (WHERE resolved_by = 'report'), 0) AS resolved_report
+      FROM groups
+     GROUP BY kind
+),
+-- the backlog and the calls in flight now, from notif_active (indexed)
+work AS MATERIALIZED (
+    SELECT w.kind, w.queued_now, w.oldest_queued_age, w.in_flight FROM notif_work_now() w
+),
+queue AS (
+    SELECT w.kind, w.queued_now, w.oldest_queued_age FROM work w
+),
+held AS (
+    SELECT w.kind, w.in_flight FROM work w
+),
+measured AS (
+    SELECT t.code AS kind, t.delivery, t.cost_lost, t.cost_dup, t.max_tries,
+           notif_attempts_within(t.deadline, p.timeout, t.backoff_min, t.backoff_max, t.max_tries)
+               AS attempts_within_deadline,
+           -- the tries an at_least_once job of this type could make: its
+           -- max_tries (at least 2: one retry), as far as the deadline allows
+           coalesce(notif_attempts_within(t.deadline, p.timeout, t.backoff_min, t.backoff_max,
+                                          greatest(t.max_tries, 2)),
+                    greatest(t.max_tries, 2)) AS alo_tries,
+           s.stats_window, s.min_sample,
+           coalesce(k.jobs, 0)::bigint AS jobs,
+           coalesce(k.queued, 0)::bigint AS queued,
+           coalesce(k.sending, 0)::bigint AS sending,
+           coalesce(k.sent, 0)::bigint AS sent,
+           coalesce(k.failed, 0)::bigint AS failed,
+           coalesce(k.expired, 0)::bigint AS expired,
+           coalesce(qu.queued_now, 0) AS queued_now,
+           coalesce(qu.oldest_queued_age, interval '0') AS oldest_queued_age,
+           coalesce(h.in_flight, 0) AS in_flight,
+           coalesce(k.attempts, 0)::bigint AS attempts,
+           coalesce(k.ambiguous, 0)::bigint AS ambiguous_attempts,
+           (k.ambiguous::float8 / nullif(k.attempts, 0)) AS p,
+           CASE WHEN k.dlr_jobs > 0 AND k.q_sample >= greatest(s.min_sample, 1)
+                THEN k.q_delivered::float8 / k.q_sample END AS q,
+           coalesce(k.q_sample, 0)::bigint AS q_sample,
+           coalesce(k.dlr_jobs, 0)::bigint AS dlr_jobs,
+           CASE WHEN k.dlr_jobs > 0 THEN k.measured_lost::bigint END AS measured_lost,
+           CASE WHEN k.dlr_jobs > 0 THEN k.measured_duplicates::bigint END AS measured_duplicates,
+           coalesce(k.resolved_dedup_window, 0)::bigint AS resolved_dedup_window,
+           coalesce(k.resolved_report, 0)::bigint AS resolved_report
+      FROM notif_type t
+      JOIN notif_provider p ON p.name = t.provider
+     CROSS JOIN settings s
+      LEFT JOIN per_kind k ON k.kind = t.code
+      LEFT JOIN queue qu ON qu.kind = t.code
+      LEFT JOIN held h ON h.kind = t.code
+),
+estimated AS (
+    -- every job that ended on k ambiguous calls is lost unless one of them
+    -- delivered: (1 - q)^k; every ambiguous call followed by another try
+    -- is a copy with probability q; (1.3) but not when the ambiguity was
+    -- resolved: a report said it delivered, or the provider dropped the
+    -- repeat
+    SELECT m.kind,
+           sum(g.jobs * power(1 - m.q, g.ambiguous))
+               FILTER (WHERE g.ended_ambiguous AND g.resolved_by IS NULL) AS lost,
+           sum(m.q * g.jobs * (g.ambiguous - CASE WHEN g.ended_ambiguous THEN 1 ELSE 0 END))
+               FILTER (WHERE g.resolved_by IS NULL) AS duplicates
+      FROM measured m
+      JOIN groups g ON g.kind = m.kind
+     WHERE m.q IS NOT NULL
+     GROUP BY m.kind
+),
+costs AS (
+    SELECT m.*,
+           round(coalesce(e.lost, 0)::numeric, 1) AS estimated_lost,
+           round(coalesce(e.duplicates, 0)::numeric, 1) AS estimated_duplicates,
+           -- per message: at_most_once loses p(1-q); at_least_once with k = alo_tries
+           -- attempts loses (p(1-q))^k and sends E[deliveries] - P(any)
+           -- extra copies, E[deliveries] = (1-p+pq)(1 + p + ... + p^(k-1))
+           m.p * (1 - m.q) AS amo_lost,
+           power(m.p * (1 - m.q), m.alo_tries) AS alo_lost,
+           (1 - m.p + m.p * m.q)
+               * CASE WHEN m.p < 1 THEN (1 - power(m.p, m.alo_tries)) / (1 - m.p) ELSE m.alo_tries END
+               - (1 - power(m.p * (1 - m.q), m.alo_tries)) AS alo_dup
+      FROM measured m
+      LEFT JOIN estimated e ON e.kind = m.kind
+),
+priced AS (
+    SELECT c.*,
+           round((1e6 * c.amo_lost * c.cost_lost)::numeric, 2) AS cost_at_most_once,
+           round((1e6 * (c.alo_lost * c.cost_lost + greatest(c.alo_dup, 0) * c.cost_dup))::numeric, 2)
+               AS cost_at_least_once
+      FROM costs c
+)
+SELECT kind,
+       delivery,
+       stats_window,
+       jobs, queued, sending, sent, failed, expired,
+       queued_now, oldest_queued_age, in_flight,
+       attempts, ambiguous_attempts,
+       round(p::numeric, 6) AS p,
+       round(q::numeric, 4) AS q,
+       q_sample,
+       min_sample AS q_min_sample,
+       dlr_jobs,
+       measured_lost, measured_duplicates,
+       CASE WHEN q IS NOT NULL THEN estimated_lost END AS estimated_lost,
+       CASE WHEN q IS NOT NULL THEN estimated_duplicates END AS estimated_duplicates,
+       attempts_within_deadline,
+       cost_at_most_once AS cost_per_million_at_most_once,
+       cost_at_least_once AS cost_per_million_at_least_once,
+       CASE WHEN cost_at_most_once < cost_at_least_once THEN 'at_most_once'
+            WHEN cost_at_least_once < cost_at_most_once THEN 'at_least_once'
+            WHEN cost_at_most_once = cost_at_least_once THEN delivery
+       END AS recommended_delivery,
+       CASE WHEN cost_at_most_once < cost_at_least_once THEN delivery <> 'at_most_once'
+            WHEN cost_at_least_once < cost_at_most_once THEN delivery <> 'at_least_once'
+            WHEN cost_at_most_once = cost_at_least_once THEN false
+       END AS recommendation_differs,
+       -- (1.3) jobs whose last ambiguous call was resolved, by each means
+       resolved_dedup_window,
+       resolved_report
+  FROM priced
+ ORDER BY kind;

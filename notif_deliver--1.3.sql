@@ -302,10 +302,15 @@ CREATE TABLE notif_type (
     cost_dup numeric
         CONSTRAINT notif_type_cost_dup_check CHECK (cost_dup >= 0),
     paused boolean NOT NULL DEFAULT false,
+    -- (1.3) how long the retry of an ambiguous at_least_once call waits for
+    -- a delivery report of the job (0: it does not wait)
+    resolve_wait interval NOT NULL DEFAULT interval '0'
+        CONSTRAINT notif_type_resolve_wait_check CHECK (resolve_wait >= interval '0'),
     CONSTRAINT notif_type_backoff_check CHECK (backoff_max >= backoff_min)
 );
 
 COMMENT ON TABLE notif_type IS 'kinds of notification, each with its delivery guarantee, deadline, lane and provider';
+COMMENT ON COLUMN notif_type.resolve_wait IS 'how long the retry of an ambiguous call waits for a delivery report';
 
 
 /* ---------------------------------------------------------------------
@@ -359,9 +364,10 @@ CREATE TABLE notif_job (
     last_started_at timestamptz,
     last_ended_at timestamptz,
     -- (1.3) how the job's last ambiguous call was resolved ('dedup_window':
-    -- retried inside its provider's window); NULL: it was not
+    -- retried inside its provider's window; 'report': a delivery report
+    -- came before the retry); NULL: it was not
     resolved_by text
-        CONSTRAINT notif_job_resolved_by_check CHECK (resolved_by IN ('dedup_window')),
+        CONSTRAINT notif_job_resolved_by_check CHECK (resolved_by IN ('dedup_window', 'report')),
     CONSTRAINT notif_job_key UNIQUE (user_id, kind, order_id)
 ) WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02,
         fillfactor = 40);
@@ -370,7 +376,7 @@ COMMENT ON TABLE notif_job IS 'notifications to deliver (the outbox), one row pe
 COMMENT ON COLUMN notif_job.earlier_tries IS 'tries made before the last notif_retry; attempts are numbered after them';
 COMMENT ON COLUMN notif_job.last_started_at IS 'when the job''s last call started (NULL: no call recorded since 1.2)';
 COMMENT ON COLUMN notif_job.last_ended_at IS 'when the job''s last call ended';
-COMMENT ON COLUMN notif_job.resolved_by IS 'how the last ambiguous call was resolved: dedup_window; NULL: not resolved';
+COMMENT ON COLUMN notif_job.resolved_by IS 'how the last ambiguous call was resolved: dedup_window or report; NULL: not resolved';
 
 -- notif_stats reads a window of recent jobs: a BRIN index costs next to
 -- nothing to keep (jobs arrive in time order) and spares a full scan
@@ -449,7 +455,9 @@ CREATE INDEX notif_dlr_orphaned_idx ON notif_dlr (received_at) WHERE job_id IS N
  * Returns the job's id, or NULL for a report no job matches (recorded as
  * orphaned, not an error: a provider's webhook must not fail on it).
  * Several delivered reports for one key mean the recipient got several
- * copies: a measured duplicate.  Grant EXECUTE to the webhook's role.
+ * copies: a measured duplicate.  (1.3) A delivered report for a job queued
+ * again after an ambiguous call ends it 'sent' (resolved_by 'report'): the
+ * call it would retry did deliver.  Grant EXECUTE to the webhook's role.
  */
 CREATE FUNCTION notif_dlr(key text, delivered boolean,
                           reported_at timestamptz DEFAULT now())
@@ -460,6 +468,7 @@ AS $$
 DECLARE
     parts text[];
     job bigint;
+    d record;
 BEGIN
     IF key IS NULL OR delivered IS NULL THEN
         RAISE EXCEPTION 'notif_dlr: key and delivered must not be null'
@@ -479,6 +488,19 @@ BEGIN
 
     INSERT INTO @extschema@.notif_dlr (key, job_id, delivered, reported_at)
     VALUES (key, job, delivered, coalesce(reported_at, now()));
+
+    -- (1.3) delivered: a job queued again after an ambiguous call is done,
+    -- as the lifecycle's "report" rows say (report_resolves)
+    IF delivered AND job IS NOT NULL THEN
+        SELECT * INTO d FROM @extschema@.notif_decide('notif_dlr', job, 'report', false);
+        IF d.to_status IS NOT NULL THEN
+            UPDATE @extschema@.notif_job n
+               SET status = d.to_status, sent_at = now(), resolved_by = 'report'
+             WHERE n.id OPERATOR(pg_catalog.=) job;
+            DELETE FROM @extschema@.notif_active a
+             WHERE a.job_id OPERATOR(pg_catalog.=) job;
+        END IF;
+    END IF;
     RETURN job;
 END;
 $$;
@@ -1182,7 +1204,11 @@ per_job AS (
                               ELSE greatest(j.next_at, j.sent_at) END < now() - s.grace, false)) AS judged,
            -- it ended on an ambiguous call: delivered, or lost?
            (j.status IN ('sent', 'failed', 'expired') AND j.claimed_by IS NULL
-            AND j.outcome = 'unknown') AS ended_ambiguous
+            AND j.outcome = 'unknown') AS ended_ambiguous,
+           -- (1.3) its last ambiguous call resolved: by the provider's
+           -- deduplication window (no copy beyond one), or by a delivery
+           -- report (delivered, not retried)
+           j.resolved_by
       FROM notif_job j
      CROSS JOIN settings s
      CROSS JOIN LATERAL (SELECT j.tries + j.earlier_tries > 1
@@ -1202,7 +1228,7 @@ per_job AS (
 ),
 -- the jobs in a few groups; what the estimates need is kept apart
 groups AS MATERIALIZED (
-    SELECT kind, status, ambiguous, ended_ambiguous,
+    SELECT kind, status, ambiguous, ended_ambiguous, resolved_by,
            count(*) AS jobs,
            sum(attempts) AS attempts,
            count(*) FILTER (WHERE reports > 0) AS dlr_jobs,
@@ -1211,7 +1237,7 @@ groups AS MATERIALIZED (
            count(*) FILTER (WHERE judged AND ended_ambiguous AND delivered = 0) AS measured_lost,
            coalesce(sum(delivered - 1) FILTER (WHERE delivered > 1), 0) AS measured_duplicates
       FROM per_job
-     GROUP BY kind, status, ambiguous, ended_ambiguous
+     GROUP BY kind, status, ambiguous, ended_ambiguous, resolved_by
 ),
 per_kind AS (
     SELECT kind,
@@ -1227,7 +1253,9 @@ per_kind AS (
            sum(q_sample) AS q_sample,
            sum(q_delivered) AS q_delivered,
            sum(measured_lost) AS measured_lost,
-           sum(measured_duplicates) AS measured_duplicates
+           sum(measured_duplicates) AS measured_duplicates,
+           coalesce(sum(jobs) FILTER (WHERE resolved_by = 'dedup_window'), 0) AS resolved_dedup_window,
+           coalesce(sum(jobs) FILTER (WHERE resolved_by = 'report'), 0) AS resolved_report
       FROM groups
      GROUP BY kind
 ),
@@ -1268,7 +1296,9 @@ measured AS (
            coalesce(k.q_sample, 0)::bigint AS q_sample,
            coalesce(k.dlr_jobs, 0)::bigint AS dlr_jobs,
            CASE WHEN k.dlr_jobs > 0 THEN k.measured_lost::bigint END AS measured_lost,
-           CASE WHEN k.dlr_jobs > 0 THEN k.measured_duplicates::bigint END AS measured_duplicates
+           CASE WHEN k.dlr_jobs > 0 THEN k.measured_duplicates::bigint END AS measured_duplicates,
+           coalesce(k.resolved_dedup_window, 0)::bigint AS resolved_dedup_window,
+           coalesce(k.resolved_report, 0)::bigint AS resolved_report
       FROM notif_type t
       JOIN notif_provider p ON p.name = t.provider
      CROSS JOIN settings s
@@ -1279,10 +1309,14 @@ measured AS (
 estimated AS (
     -- every job that ended on k ambiguous calls is lost unless one of them
     -- delivered: (1 - q)^k; every ambiguous call followed by another try
-    -- is a copy with probability q
+    -- is a copy with probability q; (1.3) but not when the ambiguity was
+    -- resolved: a report said it delivered, or the provider dropped the
+    -- repeat
     SELECT m.kind,
-           sum(g.jobs * power(1 - m.q, g.ambiguous)) FILTER (WHERE g.ended_ambiguous) AS lost,
-           sum(m.q * g.jobs * (g.ambiguous - CASE WHEN g.ended_ambiguous THEN 1 ELSE 0 END)) AS duplicates
+           sum(g.jobs * power(1 - m.q, g.ambiguous))
+               FILTER (WHERE g.ended_ambiguous AND g.resolved_by IS NULL) AS lost,
+           sum(m.q * g.jobs * (g.ambiguous - CASE WHEN g.ended_ambiguous THEN 1 ELSE 0 END))
+               FILTER (WHERE g.resolved_by IS NULL) AS duplicates
       FROM measured m
       JOIN groups g ON g.kind = m.kind
      WHERE m.q IS NOT NULL
@@ -1334,7 +1368,10 @@ SELECT kind,
        CASE WHEN cost_at_most_once < cost_at_least_once THEN delivery <> 'at_most_once'
             WHEN cost_at_least_once < cost_at_most_once THEN delivery <> 'at_least_once'
             WHEN cost_at_most_once = cost_at_least_once THEN false
-       END AS recommendation_differs
+       END AS recommendation_differs,
+       -- (1.3) jobs whose last ambiguous call was resolved, by each means
+       resolved_dedup_window,
+       resolved_report
   FROM priced
  ORDER BY kind;
 

@@ -35,6 +35,7 @@ static const NameOf outcome_names[] = {
 static const NameOf event_names[] = {
 	{EVENT_CLAIM, "claim"}, {EVENT_CALL_ENDED, "call ended"},
 	{EVENT_SENDER_LOST, "sender lost"}, {EVENT_RETRY, "retry"}, {EVENT_CANCEL, "cancel"},
+	{EVENT_REPORT, "report"},
 };
 static const NameOf condition_names[] = {
 	{COND_ALWAYS, ""}, {COND_DEADLINE_PASSED, "deadline passed"},
@@ -43,6 +44,7 @@ static const NameOf condition_names[] = {
 	{COND_CANCELLED_BY_KIND, "cancelled, retried by kind"},
 	{COND_IN_DEDUP_WINDOW, "inside the provider's deduplication window"},
 	{COND_DEDUP_WINDOW_PASSED, "the deduplication window passed"},
+	{COND_REPORT_WAIT, "the type waits for a report (resolve_wait)"},
 };
 static const NameOf tries_names[] = {
 	{TRIES_KEPT, ""}, {TRIES_COUNTED, "+1"}, {TRIES_UNCOUNTED, "-1"}, {TRIES_FRESH, "fresh"},
@@ -176,5 +178,13 @@ notif_outcome_set_text(int bits)
 const char *
 notif_resolution_name(NotifResolution resolution)
 {
-	return resolution == RESOLUTION_DEDUP_WINDOW ? "dedup_window" : NULL;
+	switch (resolution)
+	{
+		case RESOLUTION_DEDUP_WINDOW:
+			return "dedup_window";
+		case RESOLUTION_REPORT:
+			return "report";
+		default:
+			return NULL;
+	}
 }

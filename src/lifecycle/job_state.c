@@ -83,6 +83,8 @@ static const NotifTransitionRow transitions[] = {
 	EXPIRED, false, TRIES_KEPT, false, NULL},
 	{"alo_retry_in_dedup_window", EVENT_CALL_ENDED, ALO, SENDING, OUTCOME_UNKNOWN, COND_IN_DEDUP_WINDOW,
 	QUEUED, true, TRIES_KEPT, false, NULL},	/* no duplicate: the provider drops it */
+	{"alo_retry_after_report_wait", EVENT_CALL_ENDED, ALO, SENDING, OUTCOME_UNKNOWN, COND_REPORT_WAIT,
+	QUEUED, true, TRIES_KEPT, false, NULL},	/* a report may come first */
 	{"alo_retry", EVENT_CALL_ENDED, ALO, SENDING, AMBIGUOUS, COND_ALWAYS,
 	QUEUED, true, TRIES_KEPT, false, NULL},
 	{"alo_not_started", EVENT_CALL_ENDED, ALO, SENDING, OUTCOME_NOT_STARTED, COND_ALWAYS,
@@ -115,6 +117,17 @@ static const NotifTransitionRow transitions[] = {
 	FAILED, false, TRIES_KEPT, false, "cancelled"},
 	{"cancel_refused", EVENT_CANCEL, DELIVERY_ANY, STATUS_ANY, OUTCOME_ANY, COND_ALWAYS,
 	STATUS_NONE, false, TRIES_KEPT, false, "only a queued job can be cancelled"},
+
+	/*
+	 * notif_dlr: a report that the message was delivered, for a job queued
+	 * again after an ambiguous call, ends it: the call it retries did
+	 * deliver.  Otherwise the report is only recorded (a job in flight, or
+	 * finished: a copy already retried is a measured duplicate).
+	 */
+	{"report_resolves", EVENT_REPORT, DELIVERY_ANY, QUEUED, OUTCOME_UNKNOWN, COND_ALWAYS,
+	SENT, false, TRIES_KEPT, false, NULL},
+	{"report_recorded", EVENT_REPORT, DELIVERY_ANY, STATUS_ANY, OUTCOME_ANY, COND_ALWAYS,
+	STATUS_NONE, false, TRIES_KEPT, false, "the report is recorded; the job is not waiting for one"},
 };
 
 /*
@@ -245,6 +258,8 @@ condition_holds(NotifCondition when, const NotifFacts *f)
 			return f->in_dedup_window;
 		case COND_DEDUP_WINDOW_PASSED:
 			return f->dedup_window_passed;
+		case COND_REPORT_WAIT:
+			return f->report_wait;
 	}
 	return false;
 }
@@ -367,6 +382,7 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 	facts.in_dedup_window = dedup->until != 0 && !facts.out_of_tries && !facts.out_of_time &&
 		next_at < dedup->until;
 	facts.dedup_window_passed = dedup->retry && now >= dedup->until;
+	facts.report_wait = policy->resolve_wait_ms > 0;
 
 	t.row = notif_find_transition(event, delivery,
 								  (NotifStatus) notif_claim_row(delivery, false)->to,
@@ -378,6 +394,19 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 	t.tries_delta = (t.row->tries == TRIES_UNCOUNTED) ? -1 : 0;
 	if (t.row->retries)
 		t.next_at = next_at;
+	if (t.row->when == COND_REPORT_WAIT)
+	{
+		/*
+		 * Held for a report, no later than lets the retry start and end
+		 * before the deadline; never sooner than the backoff says.
+		 */
+		TimestampTz wait_until = TimestampTzPlusMilliseconds(now, policy->resolve_wait_ms);
+
+		if (deadline_at != 0)
+			wait_until = Min(wait_until,
+							 TimestampTzPlusMilliseconds(deadline_at, -policy->call_timeout_ms));
+		t.next_at = Max(next_at, wait_until);
+	}
 	if (t.row->when == COND_IN_DEDUP_WINDOW)
 		t.resolution = RESOLUTION_DEDUP_WINDOW;
 	else if (outcome == OUTCOME_UNKNOWN || t.row->when == COND_DEDUP_WINDOW_PASSED)

@@ -55,7 +55,9 @@ typedef enum NotifEvent
 	EVENT_CALL_ENDED,			/* its provider call ended (or never started) */
 	EVENT_SENDER_LOST,			/* its sender stopped during the call */
 	EVENT_RETRY,				/* notif_retry */
-	EVENT_CANCEL				/* notif_cancel */
+	EVENT_CANCEL,				/* notif_cancel */
+	EVENT_REPORT				/* notif_dlr: the provider reports the job's
+								 * message delivered */
 } NotifEvent;
 
 /* the condition under which a transition applies (first match wins) */
@@ -71,22 +73,25 @@ typedef enum NotifCondition
 	COND_IN_DEDUP_WINDOW,		/* a try is left, before the deadline, and it
 								 * reaches the provider inside the window in
 								 * which it deduplicates the job's key */
-	COND_DEDUP_WINDOW_PASSED	/* a retry made for that window could not
+	COND_DEDUP_WINDOW_PASSED,	/* a retry made for that window could not
 								 * start inside it */
+	COND_REPORT_WAIT			/* the type waits for a delivery report
+								 * before it retries (resolve_wait) */
 } NotifCondition;
 
 /*
  * How the last ambiguous outcome of a job was resolved (notif_job.resolved_by),
  * as a transition leaves it: a row whose condition is COND_IN_DEDUP_WINDOW
- * resolves it by the provider's deduplication window; any other row that
- * ends an ambiguous call, or finds that window passed, leaves it unresolved;
- * the rest keep what the job had.
+ * resolves it by the provider's deduplication window, a report event by
+ * the report; any other row that ends an ambiguous call, or finds that
+ * window passed, leaves it unresolved; the rest keep what the job had.
  */
 typedef enum NotifResolution
 {
 	RESOLUTION_KEPT,
 	RESOLUTION_NONE,			/* NULL: unresolved */
-	RESOLUTION_DEDUP_WINDOW		/* 'dedup_window' */
+	RESOLUTION_DEDUP_WINDOW,	/* 'dedup_window' */
+	RESOLUTION_REPORT			/* 'report': a delivery report came first */
 } NotifResolution;
 
 /* what the tries become */
@@ -126,6 +131,7 @@ typedef struct NotifFacts
 	bool		by_kind;
 	bool		in_dedup_window;
 	bool		dedup_window_passed;
+	bool		report_wait;
 } NotifFacts;
 
 /*
@@ -146,6 +152,9 @@ typedef struct NotifRetryPolicy
 	int			max_tries;
 	int64		backoff_min_ms;
 	int64		backoff_max_ms;
+	int64		resolve_wait_ms;	/* hold an ambiguous call's retry for a
+									 * report this long (0: no wait) */
+	int64		call_timeout_ms;	/* its provider's timeout */
 } NotifRetryPolicy;
 
 /* what a finished call, or a recovered one, does to its job */

@@ -26,7 +26,6 @@ notif_build_apns(NotifCall *call, const NotifProviderConf *provider,
 	JsonbValue *headers = getKeyJsonValueFromContainer(&payload->root, "headers", 7, NULL);
 	Jsonb	   *body = notif_apns_body(payload);
 	size_t		len = strlen(provider->url);
-	char	   *auth;
 
 	call->push_token = pnstrdup(token->val.string.val, token->val.string.len);
 	initStringInfo(&url);
@@ -55,13 +54,5 @@ notif_build_apns(NotifCall *call, const NotifProviderConf *provider,
 													v.val.string.len, v.val.string.val));
 		}
 	}
-	call->read_answer = notif_push_read_answer;
-	call->headers_secret = true;
-	auth = notif_push_auth_header(provider, &call->auth_generation);
-	if (auth)
-	{
-		*h = curl_slist_append(*h, auth);
-		explicit_bzero(auth, strlen(auth));
-		pfree(auth);
-	}
+	notif_push_call_auth(call, provider, h);
 }

@@ -536,3 +536,25 @@ notif_push_auth_accepted(const char *provider, uint64 generation)
 	if (pa && generation == pa->generation)
 		pa->refusal_logged = false;
 }
+
+/*
+ * What every push call gets from its provider's auth: the Authorization
+ * header with the token (appended to *h, our copy wiped), the transport's
+ * hook that reads a push answer, and the headers marked for wiping when
+ * the call is freed (they carry the token).
+ */
+void
+notif_push_call_auth(NotifCall *call, const NotifProviderConf *provider, struct curl_slist **h)
+{
+	char	   *auth;
+
+	call->read_answer = notif_push_read_answer;
+	call->headers_secret = true;
+	auth = notif_push_auth_header(provider, &call->auth_generation);
+	if (auth)
+	{
+		*h = curl_slist_append(*h, auth);
+		explicit_bzero(auth, strlen(auth));
+		pfree(auth);
+	}
+}

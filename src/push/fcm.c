@@ -22,7 +22,6 @@ notif_build_fcm(NotifCall *call, const NotifProviderConf *provider,
 {
 	StringInfoData buf;
 	JsonbValue *token;
-	char	   *auth;
 
 	initStringInfo(&buf);
 	appendStringInfoString(&buf, "{\"message\": ");
@@ -37,13 +36,5 @@ notif_build_fcm(NotifCall *call, const NotifProviderConf *provider,
 		call->push_token = pnstrdup(token->val.string.val, token->val.string.len);
 
 	*h = curl_slist_append(*h, "Content-Type: application/json");
-	call->read_answer = notif_push_read_answer;
-	call->headers_secret = true;
-	auth = notif_push_auth_header(provider, &call->auth_generation);
-	if (auth)
-	{
-		*h = curl_slist_append(*h, auth);
-		explicit_bzero(auth, strlen(auth));
-		pfree(auth);
-	}
+	notif_push_call_auth(call, provider, h);
 }

@@ -28,6 +28,8 @@ extern void notif_build_apns(NotifCall *call, const NotifProviderConf *provider,
 extern bool notif_push_auth_ready(const NotifProviderConf *provider, TimestampTz now,
 								  bool jobs_due, TimestampTz *wake_at);
 extern char *notif_push_auth_header(const NotifProviderConf *provider, uint64 *generation);
+extern void notif_push_call_auth(NotifCall *call, const NotifProviderConf *provider,
+								struct curl_slist **h);
 extern void notif_push_auth_refused(const char *provider, uint64 generation,
 									bool expired, const char *reason);
 extern void notif_push_auth_accepted(const char *provider, uint64 generation);

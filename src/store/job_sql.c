@@ -53,7 +53,8 @@ static const char *const sql_lane_types =
 "       p.max_inflight, p.rate_limit::float8, p.ref_field,"
 "       p.auth, p.credentials, p.max_connections, p.ca_cert,"
 "       CASE WHEN p.dedup_window > p.timeout"
-"            THEN (extract(epoch FROM p.dedup_window - p.timeout) * 1000)::int8 ELSE 0 END"
+"            THEN (extract(epoch FROM p.dedup_window - p.timeout) * 1000)::int8 ELSE 0 END,"
+"       (extract(epoch FROM t.resolve_wait) * 1000)::int8"
 "  FROM %s.notif_type t JOIN %s.notif_provider p ON p.name = t.provider"
 " WHERE t.lane = $1 AND NOT t.paused"
 " ORDER BY t.priority DESC, t.code";

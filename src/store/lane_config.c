@@ -89,6 +89,8 @@ notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out)
 		t->provider.max_connections = spi_col_int(i, 19);	/* the lane's: shared by the reader */
 		t->provider.ca_cert = spi_col_text(i, 20, cxt);
 		t->provider.dedup_reach_ms = spi_col_int(i, 21);
+		t->policy.resolve_wait_ms = spi_col_int(i, 22);
+		t->policy.call_timeout_ms = t->provider.timeout_ms;
 	}
 	*out = types;
 	return (int) SPI_processed;
