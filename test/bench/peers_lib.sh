@@ -2,7 +2,7 @@
 # one set of verbs, so that every measurement runs the same steps for each.
 # Source it after lib.sh.  A system is one of
 #   nd    notif_deliver (this tree), its sender inside PostgreSQL
-#   pgq   PgQ 3.5 (Debian postgresql-15-pgq3) + pgqd, consumer peers/pgq.cjs
+#   pgq   PgQ 3.5 (Debian postgresql-<major>-pgq3) + pgqd, consumer peers/pgq.cjs
 #   gw    graphile-worker 0.17.3, worker peers/gw.cjs
 #   boss  pg-boss 10.4.2, worker peers/boss.cjs
 #
@@ -38,7 +38,7 @@ BODY_TO='+84900000000'
 BODY_TEXT=hello
 
 peers_install() {
-	local major sharedir libdir f
+	local major pgmajor pgq sharedir libdir f
 	command -v node >/dev/null && command -v npm >/dev/null ||
 		{ echo "peers: node and npm are needed (Node 20 or newer)" >&2; return 1; }
 	major=$(node -p 'process.versions.node.split(".")[0]')
@@ -49,22 +49,25 @@ peers_install() {
 	(cd "$BENCH_DIR/node" && npm install --no-audit --no-fund --loglevel=error >npm.log 2>&1) ||
 		{ cat "$BENCH_DIR/node/npm.log" >&2; return 1; }
 	export NODE_PATH=$BENCH_DIR/node/node_modules
-	# PgQ's package installs into the system's PostgreSQL 15; a private
-	# installation copy (PG_CONFIG elsewhere) gets the same files
-	dpkg-query -W -f='${Status}' postgresql-15-pgq3 2>/dev/null | grep -q 'install ok installed' ||
-		{ echo "peers: postgresql-15-pgq3 is not installed (test/deps.sh --bench)" >&2; return 1; }
+	# PgQ's package for the major under test (pg_config's) installs into the
+	# system's PostgreSQL of that major; a private installation copy
+	# (PG_CONFIG elsewhere) gets the same files
+	pgmajor=$(pg_config --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
+	pgq=postgresql-$pgmajor-pgq3
+	dpkg-query -W -f='${Status}' "$pgq" 2>/dev/null | grep -q 'install ok installed' ||
+		{ echo "peers: $pgq is not installed (test/deps.sh --bench)" >&2; return 1; }
 	command -v pgqd >/dev/null || { echo "peers: pgqd is not installed (test/deps.sh --bench)" >&2; return 1; }
 	sharedir=$(pg_config --sharedir)
 	libdir=$(pg_config --pkglibdir)
 	if [ ! -f "$sharedir/extension/pgq.control" ]; then
-		for f in $(dpkg -L postgresql-15-pgq3); do
+		for f in $(dpkg -L "$pgq"); do
 			case $f in
-			/usr/share/postgresql/15/extension/*) cp "$f" "$sharedir/extension/" ;;
-			/usr/lib/postgresql/15/lib/*.so) cp "$f" "$libdir/" ;;
+			/usr/share/postgresql/$pgmajor/extension/*) cp "$f" "$sharedir/extension/" ;;
+			/usr/lib/postgresql/$pgmajor/lib/*.so) cp "$f" "$libdir/" ;;
 			esac
 		done
 	fi
-	echo "peers: node $(node --version), $(cd "$BENCH_DIR/node" && node -p '["graphile-worker", "pg-boss", "undici", "pg"].map(p => p + " " + require(p + "/package.json").version).join(", ")'), pgqd $(dpkg-query -W -f="\${Version}" pgqd), postgresql-15-pgq3 $(dpkg-query -W -f="\${Version}" postgresql-15-pgq3)"
+	echo "peers: node $(node --version), $(cd "$BENCH_DIR/node" && node -p '["graphile-worker", "pg-boss", "undici", "pg"].map(p => p + " " + require(p + "/package.json").version).join(", ")'), pgqd $(dpkg-query -W -f="\${Version}" pgqd), $pgq $(dpkg-query -W -f="\${Version}" "$pgq")"
 }
 
 # the four systems' schemas; nd's types: ndb (throughput), amo and alo
