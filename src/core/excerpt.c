@@ -45,6 +45,9 @@
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
+#if PG_VERSION_NUM >= 160000
+#include "varatt.h"				/* VARDATA_ANY: postgres.h's before 16 */
+#endif
 
 #include "core/excerpt.h"
 
