@@ -92,7 +92,7 @@ $(OBJS): $(wildcard $(srcdir)/src/*.h)
 
 # the provider simulator the TAP tests, benchmarks and demo talk to
 SIM = test/sim/provider_sim
-$(SIM): test/sim/provider_sim.c
+$(SIM): test/sim/provider_sim.c test/sim/sim_resolve.c test/sim/sim_resolve.h
 	$(MAKE) -C test/sim
 # only the TAP tests talk to it (the installed-package check runs pg_regress alone)
 ifneq ($(TAP_TESTS),)

@@ -41,10 +41,75 @@
  * follows gets the normal answer, not a loop): a followed redirect shows
  * as a second receipt of the key, whose last target is /redirected.
  *
- * Design: only libc.  One epoll event loop per thread over non-blocking
- * sockets; per-connection timers (answer latency, held requests, lingering
- * close) live in a min-heap whose head gives epoll_wait its timeout, so
- * nothing ever sleeps.  The ledger is an open-addressing hash table.  All
+ * Resolving an ambiguous call (issue 31, in sim_resolve.c): three ways a
+ * cooperating provider lets a client that does not know whether a call
+ * was acted upon find out, each off by default.  Their settings are also
+ * /config names (dedup_window_ms, dedup_breaks, lookup_latency_ms,
+ * p_lookup_fail, lookup_fail_mode, dlr_median_ms, dlr_p99_ms, p_dlr_lost,
+ * p_dlr_failed), listed after the others; /stats lists their counters
+ * after its others.  Each draws from a PRNG stream of its own derived
+ * from the seed, so the fault draws of a seed are the same with or
+ * without them.
+ *
+ * A deduplication window, --dedup-window-ms N.  A key's window opens at
+ * its first receipt and lasts N ms; the first receipt after it closed
+ * opens a new one (the key is then like a new key).  A request whose key
+ * header (--key-header) was delivered inside its open window is not
+ * delivered again: answered 200 like a success, counted in the ledger as
+ * received and not delivered (stats dedup_hits).  Its fault draws are
+ * made all the same (and dropped); an X-Sim-Fault names its answer still,
+ * and it is not delivered either.  A repeat inside the window of a key
+ * not yet delivered in it (the earlier calls failed without acting) is
+ * handled as usual.  --dedup-breaks P: that share of the repeats that
+ * would be deduplicated is handled as usual instead, delivered again when
+ * its draw says so (dedup_broken): a provider breaking its promise.
+ * Requests without the key header (keyed by body) are never deduplicated.
+ * --idempotency wins: with it a key delivered once is never delivered
+ * again, its answers drawn as usual, and the window changes nothing.
+ *
+ * A status lookup, GET (or HEAD) /status/K or /status?ref=K: K is the key
+ * header's value, URL-encoded (%XX; in ref= a + is a blank, in the path a
+ * plus), or the ledger's spelling of the key.  200 with
+ * {"ref":"K","status":"delivered"} when the ledger has a delivered copy
+ * of K, else 404 with {"ref":"K","status":"not_found"} (unknown, or only
+ * received); "K" is the ledger's spelling, JSON-escaped.  The ledger is
+ * read as it is when the lookup arrives, never written: a lookup is not a
+ * receipt, nor a request, and /last does not keep it.  Every answer comes
+ * after --lookup-latency-ms (or X-Sim-Latency-Ms); a --p-lookup-fail share
+ * fails: answered --lookup-fail-mode's status (default 503, any 5xx) with
+ * {"ref":"K","status":"error","code":503}, or with --lookup-fail-mode
+ * timeout held without an answer until the client gives up (hold_ms at
+ * most; not counted in inflight).  /stats: lookups (all), lookups_found,
+ * lookups_not_found, lookups_failed.  Any other method: 405; no key or a
+ * bad %XX: 400 at once, not counted.  Paths /status and /status/... are
+ * no longer simulated sends.
+ *
+ * Delivery reports (DLRs), on with --dlr-median-ms M.  Each delivered
+ * copy (each step of the ledger's delivered count) gets a report that
+ * becomes available after a latency drawn from a lognormal distribution
+ * of median M and 99th percentile --dlr-p99-ms P (default M: no spread),
+ * or, for a --p-dlr-lost share, none ever (dlrs_lost).  A --p-dlr-failed
+ * share of the reports say not delivered (0; dlrs_failed), the others
+ * delivered (1).  GET /dlrs?after=SEQ&limit=N (defaults 0 and 1000, N at
+ * most 1000000) answers text/plain, the reports available now with a seq
+ * above SEQ, in seq order, one a line:
+ *
+ *     seq TAB key TAB delivered (1/0) TAB reported_at (Unix ms)
+ *
+ * key as in the ledger; reported_at is the wall clock when the copy was
+ * delivered plus the latency.  A report gets its seq (1, 2, ...) when it
+ * becomes available, so that seq order is the order of availability and
+ * a poller that asks after the last seq it saw misses none.  /stats:
+ * dlrs_made (reports made, available or not yet), dlrs_lost, dlrs_failed,
+ * dlrs_taken (reports handed out by /dlrs at least once).  /reset forgets
+ * the reports; seq starts at 1 again.
+ *
+ * Design: only libc (libm for the DLRs' lognormal).  One epoll event
+ * loop per thread over non-blocking sockets; per-connection timers
+ * (answer latency, held requests, lingering close) live in a min-heap
+ * whose head gives epoll_wait its timeout, so nothing ever sleeps (a DLR
+ * needs no timer: it is handed out by the first GET /dlrs after its
+ * time).  The ledger is an open-addressing hash table.  All
  * state shared between threads (config, counters, ledger, PRNG) sits
  * behind one mutex, which costs next to nothing in the default single
  * thread.  Run with --help for the options; the control endpoints and
@@ -78,6 +143,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sim_resolve.h"
+
 #define MAX_HEAD_SIZE		(64 * 1024)			/* request line + headers */
 #define MAX_BODY_SIZE		(64 * 1024 * 1024)	/* decoded body */
 #define MAX_RAW_BODY_SIZE	(2 * MAX_BODY_SIZE) /* chunked, with framing */
@@ -95,14 +162,9 @@
  * Growable byte buffers
  * ----------------------------------------------------------------
  */
-typedef struct Buf
-{
-	char	   *data;
-	size_t		len;
-	size_t		cap;
-} Buf;
+/* Buf is declared in sim_resolve.h, with what sim_resolve.c uses of this file */
 
-static void *
+void *
 xrealloc(void *p, size_t n)
 {
 	p = realloc(p, n);
@@ -114,7 +176,7 @@ xrealloc(void *p, size_t n)
 	return p;
 }
 
-static void *
+void *
 xcalloc(size_t n, size_t size)
 {
 	void	   *p = calloc(n, size);
@@ -143,7 +205,7 @@ buf_reserve(Buf *b, size_t extra)
 	b->cap = cap;
 }
 
-static void
+void
 buf_append(Buf *b, const void *p, size_t n)
 {
 	buf_reserve(b, n);
@@ -151,14 +213,13 @@ buf_append(Buf *b, const void *p, size_t n)
 	b->len += n;
 }
 
-static void
+void
 buf_puts(Buf *b, const char *s)
 {
 	buf_append(b, s, strlen(s));
 }
 
-__attribute__((format(printf, 2, 3)))
-static void
+void
 buf_printf(Buf *b, const char *fmt,...)
 {
 	for (;;)
@@ -227,7 +288,7 @@ splitmix64(uint64_t *state)
 }
 
 /* uniform in [0, 1) */
-static double
+double
 prng_double(uint64_t *state)
 {
 	return (double) (splitmix64(state) >> 11) * 0x1.0p-53;
@@ -283,6 +344,7 @@ typedef struct LedgerEntry
 	uint32_t	n_more;
 	uint32_t	cap_more;
 	LastRequest *last;			/* NULL until a request is recorded */
+	DedupWindow dedup;			/* --dedup-window-ms: the key's window */
 	size_t		keylen;
 	char		key[];
 } LedgerEntry;
@@ -518,6 +580,7 @@ typedef struct SimConfig
 	int			status_5xx;
 	int			retry_after;
 	uint64_t	seed;
+	ResolveConfig resolve;		/* dedup window, lookups, DLRs (sim_resolve.c) */
 } SimConfig;
 
 typedef struct SimStats
@@ -603,7 +666,9 @@ typedef enum Endpoint
 	EP_RESET,
 	EP_CONFIG,
 	EP_HEALTH,
-	EP_LAST
+	EP_LAST,
+	EP_DLRS,
+	EP_LOOKUP					/* /status and /status/...: not a control endpoint */
 } Endpoint;
 
 typedef enum Method
@@ -646,6 +711,8 @@ typedef struct Request
 	Method		method;
 	Endpoint	endpoint;
 	bool		redirected;		/* path is /redirected */
+	size_t		path_off;
+	size_t		path_len;
 	size_t		query_off;
 	size_t		query_len;
 	bool		has_key;
@@ -714,6 +781,7 @@ typedef struct Conn
 	Buf			pending;		/* delayed answer */
 	Action		pending_action;
 	bool		close_when_answered;
+	bool		lookup;			/* the request is a status lookup (EP_LOOKUP) */
 	int64_t		timer_at;		/* monotonic microseconds */
 	int			heap_idx;		/* -1: no timer */
 } Conn;
@@ -864,7 +932,7 @@ conn_close(Conn *c, bool rst)
 	close(c->src.fd);
 	sim_lock();
 	sim.stats.connections_open--;
-	if (c->state == CS_HELD)
+	if (c->state == CS_HELD && !c->lookup)
 		sim.stats.inflight--;
 	sim_unlock();
 	if (c->prev)
@@ -1296,6 +1364,10 @@ classify_path(const char *p, size_t n)
 		return EP_HEALTH;
 	if (token_eq(p, n, "/last"))
 		return EP_LAST;
+	if (token_eq(p, n, "/dlrs"))
+		return EP_DLRS;
+	if (token_eq(p, n, "/status") || (n >= 8 && strncasecmp(p, "/status/", 8) == 0))
+		return EP_LOOKUP;
 	return EP_SIM;
 }
 
@@ -1333,7 +1405,9 @@ parse_request_line(Request *r, const char *base, const char *line, size_t len)
 		r->query_off = qmark + 1 - base;
 		r->query_len = sp2 - (qmark + 1);
 	}
-	r->endpoint = classify_path(target, (qmark ? qmark : sp2) - target);
+	r->path_off = target - base;
+	r->path_len = (qmark ? qmark : sp2) - target;
+	r->endpoint = classify_path(target, r->path_len);
 	r->redirected = token_eq(target, (qmark ? qmark : sp2) - target, "/redirected");
 	return true;
 }
@@ -1632,9 +1706,10 @@ format_config(const SimConfig *cfg, Buf *out)
 			   cfg->p_5xx, cfg->p_4xx, cfg->p_reset, cfg->p_429,
 			   cfg->idempotency ? 1 : 0, cfg->status_5xx, cfg->retry_after,
 			   cfg->seed);
+	resolve_config_format(&cfg->resolve, out);
 }
 
-static bool
+bool
 parse_prob_str(const char *s, double *out)
 {
 	char	   *end;
@@ -1662,7 +1737,7 @@ parse_long_str(const char *s, long min, long max, long *out)
 	return true;
 }
 
-static bool
+bool
 parse_int_str(const char *s, int min, int max, int *out)
 {
 	long		v;
@@ -1679,6 +1754,7 @@ config_set(SimConfig *cfg, const char *name, const char *val)
 {
 	int			flag;
 	long		seed;
+	bool		known;
 
 	if (strcmp(name, "latency_ms") == 0)
 		return parse_int_str(val, 0, 86400000, &cfg->latency_ms);
@@ -1714,7 +1790,7 @@ config_set(SimConfig *cfg, const char *name, const char *val)
 		cfg->seed = (uint64_t) seed;
 		return true;
 	}
-	return false;
+	return resolve_config_set(&cfg->resolve, name, val, &known);
 }
 
 /*
@@ -1747,6 +1823,8 @@ config_apply_query(SimConfig *cfg, const char *query, size_t qlen,
 			*reseed = true;
 	}
 	free(q);
+	if (ok && !resolve_config_check(&copy.resolve, err))
+		ok = false;
 	if (ok)
 		*cfg = copy;
 	return ok;
@@ -1767,6 +1845,7 @@ format_stats(Buf *out)
 			   s->requests, s->delivered, s->timeouts, s->resets, s->status_2xx,
 			   s->status_3xx, s->status_4xx, s->status_429, s->status_5xx, s->inflight,
 			   s->connections_open, sim.ledger.count, s->malformed, s->answered);
+	resolve_stats_format(out);
 }
 
 /* clear the ledger and the counters (gauges stay) */
@@ -1780,6 +1859,7 @@ sim_reset(void)
 	memset(&sim.stats, 0, sizeof(sim.stats));
 	sim.stats.inflight = kept.inflight;
 	sim.stats.connections_open = kept.connections_open;
+	resolve_reset();
 }
 
 static int
@@ -1794,9 +1874,12 @@ hex_digit(char ch)
 	return -1;
 }
 
-/* append the URL-decoded (%XX and +) s to out; false on a bad %XX */
+/*
+ * append the URL-decoded s to out: %XX, and + as a blank when plus (a
+ * query string, not a path); false on a bad %XX
+ */
 static bool
-url_decode(const char *s, size_t n, Buf *out)
+url_decode(const char *s, size_t n, bool plus, Buf *out)
 {
 	buf_reserve(out, n);
 	for (size_t i = 0; i < n; i++)
@@ -1816,7 +1899,7 @@ url_decode(const char *s, size_t n, Buf *out)
 			i += 2;
 		}
 		else
-			out->data[out->len++] = s[i] == '+' ? ' ' : s[i];
+			out->data[out->len++] = s[i] == '+' && plus ? ' ' : s[i];
 	}
 	return true;
 }
@@ -1843,7 +1926,7 @@ query_param(const char *q, size_t qlen, const char *name, Buf *out)
 		{
 			const char *val = eq ? eq + 1 : pair_end;
 
-			return url_decode(val, pair_end - val, out) ? 1 : -1;
+			return url_decode(val, pair_end - val, true, out) ? 1 : -1;
 		}
 		p = amp ? amp + 1 : end;
 	}
@@ -1943,6 +2026,46 @@ handle_last(Conn *c, Buf *text)
 	return status;
 }
 
+/*
+ * A whole-number query parameter: def when absent, false when not a
+ * number from 0 to max (the text then says which).
+ */
+static bool
+query_uint(const Request *r, const char *base, const char *name, int64_t def,
+		   int64_t max, int64_t *out, Buf *text)
+{
+	Buf			raw = {0};
+	int			found = query_param(base + r->query_off, r->query_len, name, &raw);
+	bool		ok = true;
+
+	*out = def;
+	if (found != 0 && (found < 0 || !parse_uint(raw.data, raw.len, max, out)))
+	{
+		buf_printf(text, "bad %s parameter\n", name);
+		ok = false;
+	}
+	buf_free(&raw);
+	return ok;
+}
+
+/*
+ * GET /dlrs?after=SEQ&limit=N, under sim.lock: the delivery reports
+ * available now with a seq above SEQ (default 0), N at most (default
+ * 1000), one a line (sim_resolve.c).  Returns the status.
+ */
+static int
+handle_dlrs(Conn *c, Buf *text)
+{
+	int64_t		after,
+				limit;
+
+	if (!query_uint(&c->req, c->in.data, "after", 0, INT64_C(1) << 52, &after, text) ||
+		!query_uint(&c->req, c->in.data, "limit", 1000, 1000000, &limit, text))
+		return 400;
+	resolve_dlrs_format((uint64_t) after, (uint64_t) limit, monotonic_us(), text);
+	return 200;
+}
+
 static bool
 method_allowed(const Request *r)
 {
@@ -1981,6 +2104,9 @@ handle_control(Conn *c)
 		case EP_LAST:
 			status = handle_last(c, text);
 			break;
+		case EP_DLRS:
+			status = handle_dlrs(c, text);
+			break;
 		case EP_RESET:
 			sim_reset();
 			buf_puts(text, "ok\n");
@@ -1995,12 +2121,16 @@ handle_control(Conn *c)
 				else
 				{
 					if (reseed)
+					{
 						sim.prng = sim.config.seed;
+						resolve_reseed(sim.config.seed);
+					}
 					format_config(&sim.config, text);
 				}
 				break;
 			}
 		case EP_SIM:
+		case EP_LOOKUP:
 			break;
 	}
 	sim_unlock();
@@ -2144,7 +2274,12 @@ count_outcome(const Outcome *o)
 /*
  * Record a received request in the ledger and decide what happens to it.
  * Runs under sim.lock.  With --idempotency a key delivered before is not
- * delivered again, whatever the outcome.  Returns the key's entry.
+ * delivered again, whatever the outcome.  Else, with --dedup-window-ms, a
+ * repeat of a key header delivered inside its window is not delivered
+ * again and is answered 200 (the faults are drawn all the same, and an
+ * X-Sim-Fault still names the answer), unless it is one of the
+ * --dedup-breaks share, handled as usual.  Each delivered copy may get a
+ * DLR (sim_resolve.c).  Returns the key's entry.
  */
 static LedgerEntry *
 record_and_decide(const Request *r, const char *key, size_t keylen,
@@ -2152,18 +2287,29 @@ record_and_decide(const Request *r, const char *key, size_t keylen,
 {
 	const SimConfig *cfg = &sim.config;
 	LedgerEntry *e = ledger_receive(&sim.ledger, key, keylen, body_hash);
+	DedupVerdict dedup = DEDUP_NEW;
+	int64_t		now_us = monotonic_us();
 
 	memset(o, 0, sizeof(*o));
 	o->retry_after = -1;
 	sim.stats.requests++;
+	if (!cfg->idempotency && r->has_key && cfg->resolve.dedup_window_ms > 0)
+		dedup = resolve_dedup(&cfg->resolve, &e->dedup, now_us);
 	if (r->fault != FAULT_RANDOM || r->fail_first >= 0)
 		decide_forced(r, cfg, e->received, o);
 	else
+	{
 		decide_random(r, cfg, o);
+		if (dedup == DEDUP_REPEAT)
+			outcome_status(o, 200, -1);
+	}
+	if (dedup == DEDUP_REPEAT)
+		o->deliver = false;
 	if (o->deliver && !(cfg->idempotency && e->delivered > 0))
 	{
 		e->delivered++;
 		sim.stats.delivered++;
+		resolve_delivered(&cfg->resolve, &e->dedup, key, keylen, now_us, e->last_us);
 	}
 	count_outcome(o);
 	*delay_ms = r->latency_ms >= 0 ? r->latency_ms : cfg->latency_ms;
@@ -2291,12 +2437,39 @@ conn_answer(Conn *c)
 		buf_append(&c->out, c->pending.data, c->pending.len);
 		if (c->close_when_answered)
 			c->close_mode = CLOSE_GRACEFUL;
-		sim_lock();
-		sim.stats.answered++;
-		sim_unlock();
+		if (!c->lookup)
+		{
+			sim_lock();
+			sim.stats.answered++;
+			sim_unlock();
+		}
 	}
 	buf_clear(&c->pending);
 	c->state = CS_HEAD;
+}
+
+/*
+ * The request is decided (its answer, if any, in c->pending): done with
+ * its bytes, then answer now, after delay_ms, or hold it for hold_ms.
+ */
+static void
+conn_schedule(Conn *c, Action action, int delay_ms, int hold_ms)
+{
+	c->pending_action = action;
+	c->close_when_answered = !c->req.keep_alive;
+	finish_request(c);
+	if (action == ACT_HOLD)
+	{
+		c->state = CS_HELD;
+		timer_set(c, hold_ms);
+	}
+	else if (delay_ms > 0)
+	{
+		c->state = CS_WAIT;
+		timer_set(c, delay_ms);
+	}
+	else
+		conn_answer(c);
 }
 
 static void
@@ -2324,21 +2497,100 @@ simulate(Conn *c, const char *body, size_t body_len)
 	if (o.action == ACT_RESPOND)
 		build_sim_answer(c, &o, key->data, key->len, body, body_len);
 	buf_clear(key);
-	c->pending_action = o.action;
-	c->close_when_answered = !r->keep_alive;
-	finish_request(c);
-	if (o.action == ACT_HOLD)
+	conn_schedule(c, o.action, delay_ms, hold_ms);
+}
+
+/*
+ * GET /status/K or GET /status?ref=K: the provider's status lookup, by
+ * the key header's value K (URL-decoded: %XX, and + too in ref=, not in
+ * the path; then escaped like a key header, so that the ledger's
+ * spelling finds it as well).  Not a receipt: the ledger is read, never
+ * written.  One number drawn per lookup fails a --p-lookup-fail share:
+ * answered --lookup-fail-mode's status, or held until the client gives up
+ * (hold_ms at most).  Else 200 {"ref":K,"status":"delivered"} when the
+ * ledger has a delivered copy of K, 404 {"ref":K,"status":"not_found"}
+ * when not (unknown, or received and never delivered), as the ledger is
+ * when the lookup arrives; every answer after --lookup-latency-ms (or
+ * X-Sim-Latency-Ms).  A bad or missing K is answered 400 at once, not
+ * counted.
+ */
+static void
+handle_lookup(Conn *c)
+{
+	Request    *r = &c->req;
+	Buf			raw = {0};
+	Buf		   *key = &c->worker->keybuf;
+	Buf		   *body = &c->worker->scratch;
+	const char *error = NULL;
+	int			error_status = 400;
+	int			found;
+	int			status = 200;
+	int			fail_status,
+				delay_ms,
+				hold_ms;
+	LookupVerdict v;
+	LedgerEntry *e;
+
+	if (r->method != M_GET && r->method != M_HEAD)
 	{
-		c->state = CS_HELD;
-		timer_set(c, hold_ms);
-	}
-	else if (delay_ms > 0)
-	{
-		c->state = CS_WAIT;
-		timer_set(c, delay_ms);
+		error = "405 Method Not Allowed\n";
+		error_status = 405;
 	}
 	else
-		conn_answer(c);
+	{
+		if (r->path_len >= 8)
+			found = url_decode(c->in.data + r->path_off + 8, r->path_len - 8, false, &raw) ? 1 : -1;
+		else
+			found = query_param(c->in.data + r->query_off, r->query_len, "ref", &raw);
+		if (found < 0)
+			error = "bad %XX in the key\n";
+		else if (found == 0 || raw.len == 0)
+			error = "missing key: GET /status/KEY or /status?ref=KEY\n";
+	}
+	if (error != NULL)
+	{
+		append_text(&c->out, r, error_status, error);
+		buf_free(&raw);
+		if (!r->keep_alive)
+			c->close_mode = CLOSE_GRACEFUL;
+		finish_request(c);
+		return;
+	}
+	key->len = 0;
+	ledger_key_escape(raw.data, raw.len, key);
+	buf_free(&raw);
+
+	sim_lock();
+	e = ledger_find(&sim.ledger, key->data, key->len);
+	v = resolve_lookup(&sim.config.resolve, e != NULL && e->delivered > 0);
+	fail_status = sim.config.resolve.lookup_fail_status;
+	delay_ms = r->latency_ms >= 0 ? r->latency_ms : sim.config.resolve.lookup_latency_ms;
+	hold_ms = sim.config.hold_ms;
+	sim_unlock();
+
+	body->len = 0;
+	buf_puts(body, "{\"ref\":\"");
+	buf_json_escaped(body, key->data, key->len);
+	if (v == LOOKUP_FOUND)
+		buf_puts(body, "\",\"status\":\"delivered\"}");
+	else if (v == LOOKUP_NOT_FOUND)
+	{
+		status = 404;
+		buf_puts(body, "\",\"status\":\"not_found\"}");
+	}
+	else
+	{
+		status = fail_status;
+		buf_printf(body, "\",\"status\":\"error\",\"code\":%d}", status);
+	}
+	buf_clear(key);
+	c->pending.len = 0;
+	if (v != LOOKUP_FAILED || fail_status > 0)
+		append_response(&c->pending, r, status, "application/json",
+						body->data, body->len, -1, NULL);
+	buf_clear(body);
+	conn_schedule(c, v == LOOKUP_FAILED && fail_status == 0 ? ACT_HOLD : ACT_RESPOND,
+				  delay_ms, hold_ms);
 }
 
 /* a complete request has been read */
@@ -2349,9 +2601,15 @@ dispatch(Conn *c)
 	size_t		body_len;
 
 	request_body(c, &body, &body_len);
+	c->lookup = c->req.endpoint == EP_LOOKUP;
 	if (c->req.endpoint == EP_SIM)
 	{
 		simulate(c, body, body_len);
+		return;
+	}
+	if (c->lookup)
+	{
+		handle_lookup(c);
 		return;
 	}
 	handle_control(c);
@@ -2683,7 +2941,20 @@ usage(FILE *f)
 			"  --idempotency       deliver each key at most once\n"
 			"  --key-header NAME   idempotency key header (default Idempotency-Key)\n"
 			"  --ledger-file PATH  write the ledger there on SIGTERM/SIGINT\n"
-			"  --threads N         event loops (default 1)\n\n"
+			"  --threads N         event loops (default 1)\n"
+			"  --dedup-window-ms N a repeat of a key delivered within N ms of the key's\n"
+			"                      first receipt is answered 200, not delivered again\n"
+			"                      (--idempotency wins over it)\n"
+			"  --dedup-breaks P    share of such repeats handled as new ones anyway\n"
+			"  --lookup-latency-ms N  delay of GET /status answers (default 0)\n"
+			"  --p-lookup-fail P   share of lookups that fail\n"
+			"  --lookup-fail-mode M  503 (default) or another 5xx: answered so;\n"
+			"                      timeout: held, never answered\n"
+			"  --dlr-median-ms N   make a delivery report per delivered copy, median\n"
+			"                      latency N ms (lognormal; default 0: no reports)\n"
+			"  --dlr-p99-ms N      their 99th percentile (default: the median)\n"
+			"  --p-dlr-lost P      share of delivered copies never reported\n"
+			"  --p-dlr-failed P    share of reports saying not delivered\n\n"
 			"Request headers: X-Sim-Fault: ok|timeout|timeout_delivered|reset|\n"
 			"reset_delivered|301|302|307|400|408|429|500|502|503|504,\n"
 			"X-Sim-Deliver: 0|1, X-Sim-Latency-Ms: N, X-Sim-Retry-After: S,\n"
@@ -2693,12 +2964,23 @@ usage(FILE *f)
 			"empty body, not delivered; /redirected is counted like any path and\n"
 			"ignores redirect faults.\n"
 			"Control: GET /ledger, /stats, /health, /config?name=value&...,\n"
-			"/last?key=K, GET or POST /reset.\n"
+			"/last?key=K, /dlrs?after=SEQ&limit=N, GET or POST /reset.\n"
 			"GET /last?key=K (K URL-decoded; %%XX and +): the last request of a key,\n"
 			"404 when unknown.  text/plain: \"method M\", \"target T\" (path and query\n"
 			"as received), \"header Name: value\" per header in received order,\n"
 			"\"body-length N\" (received), \"body-truncated-to 65536\" when longer than\n"
-			"64 KB, an empty line, then the (de-chunked) body bytes verbatim.\n");
+			"64 KB, an empty line, then the (de-chunked) body bytes verbatim.\n"
+			"GET /status/K or /status?ref=K (K URL-encoded): status lookup, not a\n"
+			"receipt; 200 {\"ref\":\"K\",\"status\":\"delivered\"} when K has a delivered\n"
+			"copy, else 404 {\"ref\":\"K\",\"status\":\"not_found\"}; failing: the\n"
+			"--lookup-fail-mode status {\"ref\":\"K\",\"status\":\"error\",\"code\":503},\n"
+			"or held.\n"
+			"GET /dlrs?after=SEQ&limit=N (defaults 0, 1000): the delivery reports\n"
+			"available now with seq > SEQ, in seq order, text/plain lines\n"
+			"\"seq<TAB>key<TAB>delivered (1/0)<TAB>reported_at_unix_ms\".\n"
+			"The settings above are also /config names (dedup_window_ms, dedup_breaks,\n"
+			"lookup_latency_ms, p_lookup_fail, lookup_fail_mode, dlr_median_ms,\n"
+			"dlr_p99_ms, p_dlr_lost, p_dlr_failed); see the top of provider_sim.c.\n");
 }
 
 __attribute__((noreturn))
@@ -2708,6 +2990,20 @@ bad_option(const char *name, const char *val)
 	fprintf(stderr, "provider_sim: invalid value for --%s: %s\n", name, val);
 	exit(2);
 }
+
+/* long options without a letter */
+enum
+{
+	OPT_DEDUP_WINDOW = 256,
+	OPT_DEDUP_BREAKS,
+	OPT_LOOKUP_LATENCY,
+	OPT_P_LOOKUP_FAIL,
+	OPT_LOOKUP_FAIL_MODE,
+	OPT_DLR_MEDIAN,
+	OPT_DLR_P99,
+	OPT_P_DLR_LOST,
+	OPT_P_DLR_FAILED
+};
 
 /* the /config name of an option that sets a run-time setting, or NULL */
 static const char *
@@ -2737,6 +3033,24 @@ config_name_of_option(int ch)
 			return "retry_after";
 		case 'H':
 			return "hold_ms";
+		case OPT_DEDUP_WINDOW:
+			return "dedup_window_ms";
+		case OPT_DEDUP_BREAKS:
+			return "dedup_breaks";
+		case OPT_LOOKUP_LATENCY:
+			return "lookup_latency_ms";
+		case OPT_P_LOOKUP_FAIL:
+			return "p_lookup_fail";
+		case OPT_LOOKUP_FAIL_MODE:
+			return "lookup_fail_mode";
+		case OPT_DLR_MEDIAN:
+			return "dlr_median_ms";
+		case OPT_DLR_P99:
+			return "dlr_p99_ms";
+		case OPT_P_DLR_LOST:
+			return "p_dlr_lost";
+		case OPT_P_DLR_FAILED:
+			return "p_dlr_failed";
 		default:
 			return NULL;
 	}
@@ -2763,6 +3077,15 @@ parse_options(int argc, char **argv)
 		{"key-header", required_argument, NULL, 'k'},
 		{"ledger-file", required_argument, NULL, 'f'},
 		{"threads", required_argument, NULL, 't'},
+		{"dedup-window-ms", required_argument, NULL, OPT_DEDUP_WINDOW},
+		{"dedup-breaks", required_argument, NULL, OPT_DEDUP_BREAKS},
+		{"lookup-latency-ms", required_argument, NULL, OPT_LOOKUP_LATENCY},
+		{"p-lookup-fail", required_argument, NULL, OPT_P_LOOKUP_FAIL},
+		{"lookup-fail-mode", required_argument, NULL, OPT_LOOKUP_FAIL_MODE},
+		{"dlr-median-ms", required_argument, NULL, OPT_DLR_MEDIAN},
+		{"dlr-p99-ms", required_argument, NULL, OPT_DLR_P99},
+		{"p-dlr-lost", required_argument, NULL, OPT_P_DLR_LOST},
+		{"p-dlr-failed", required_argument, NULL, OPT_P_DLR_FAILED},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
@@ -2774,6 +3097,7 @@ parse_options(int argc, char **argv)
 	cfg->status_5xx = 502;
 	cfg->retry_after = 1;
 	cfg->seed = 1;
+	resolve_config_defaults(&cfg->resolve);
 	while ((ch = getopt_long(argc, argv, "", longopts, &idx)) != -1)
 	{
 		const char *setting = config_name_of_option(ch);
@@ -2821,7 +3145,17 @@ parse_options(int argc, char **argv)
 		usage(stderr);
 		exit(2);
 	}
+	{
+		Buf			err = {0};
+
+		if (!resolve_config_check(&cfg->resolve, &err))
+		{
+			fprintf(stderr, "provider_sim: %s", err.data);
+			exit(2);
+		}
+	}
 	sim.prng = cfg->seed;
+	resolve_reseed(cfg->seed);
 }
 
 static void
@@ -2967,6 +3301,7 @@ main(int argc, char **argv)
 	if (opts.ledger_file && !write_ledger_file(opts.ledger_file))
 		rc = 1;
 	ledger_free(&sim.ledger);
+	resolve_reset();
 	free(workers);
 	return rc;
 }

@@ -626,6 +626,238 @@ curl -s -o /dev/null "$BASE/config?hold_ms=60000"
 stop_sim
 is "$STOP_RC" 0 "SIGTERM: exit 0${SIM_WRAPPER:+ (under $SIM_WRAPPER)}"
 
+# ---------------------------------------------------------------- resolving an ambiguous call (sim_resolve.c)
+
+# pipeline FILE: send the requests of FILE over one connection (the last
+# one says Connection: close), answers into $TMP/pipe.out (60 s at most)
+pipeline()
+{
+	exec 3<>"/dev/tcp/127.0.0.1/$PORT" || return 1
+	cat "$1" >&3
+	timeout 60 cat <&3 | tr -d '\r' >"$TMP/pipe.out"
+	exec 3<&- 3>&-
+}
+
+# requests PREFIX N REPEATS: N keys PREFIX1..PREFIXN, each sent REPEATS
+# times in a row, as raw HTTP into $TMP/req
+requests()
+{
+	awk -v p="$1" -v n="$2" -v r="$3" 'BEGIN {
+		for (i = 1; i <= n; i++)
+			for (j = 1; j <= r; j++)
+				printf "POST /send HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s%d\r\nContent-Length: 1\r\n%s\r\nx",
+					p, i, (i == n && j == r) ? "Connection: close\r\n" : ""
+	}' >"$TMP/req"
+}
+
+# the sum of the ledger's delivered over the keys starting with PREFIX
+delivered_sum() { curl -s "$BASE/ledger" | awk -v p="$1" 'index($1, p) == 1 { s += $3 } END { print s + 0 }'; }
+
+# in_band VALUE LOW HIGH NAME: LOW <= VALUE <= HIGH
+in_band()
+{
+	OK_NAME="$4: $1 in [$2, $3]"
+	ok awk -v v="$1" -v lo="$2" -v hi="$3" 'BEGIN { exit !(v != "" && v + 0 >= lo && v + 0 <= hi) }'
+}
+
+start_sim --dedup-window-ms 400
+echo "# simulator on port $PORT (--dedup-window-ms 400)"
+
+# the window is honoured, then passes
+for i in 1 2 3; do st=$(code -H 'Idempotency-Key: w-1' --data-binary x); done
+is "$st" 200 "dedup window: a repeat inside it is answered 200"
+is "$(ledger w-1)" "3 1 1" "... received three times, delivered once"
+is "$(stat dedup_hits) $(stat dedup_broken)" "2 0" "... counted in dedup_hits"
+sleep 0.5
+is "$(code -H 'Idempotency-Key: w-1' --data-binary x)" 200 "after the window: answered 200"
+is "$(ledger w-1)" "4 2 1" "... and delivered again, like a new key"
+code -H 'Idempotency-Key: w-1' --data-binary x >/dev/null
+is "$(ledger w-1)" "5 2 1" "... which opens a new window"
+code --data-binary 'no key' >/dev/null
+code --data-binary 'no key' >/dev/null
+is "$(ledger "body:$(fnv1a 'no key')")" "2 2 1" "a request without the key header is not deduplicated"
+
+curl -s -o /dev/null "$BASE/config?dedup_window_ms=5000"
+is "$(code -H 'Idempotency-Key: w-2' -H 'X-Sim-Fault: 500' --data-binary x)" 500 "a first call failing without acting (500)"
+is "$(code -H 'Idempotency-Key: w-2' --data-binary x)" 200 "... its repeat in the window"
+is "$(ledger w-2)" "2 1 1" "... is delivered (nothing delivered in the window yet)"
+is "$(curl_rc -m 1 -H 'Idempotency-Key: w-3' -H 'X-Sim-Fault: timeout_delivered' --data-binary x)" 28 "a call acted upon that times out"
+is "$(code -H 'Idempotency-Key: w-3' --data-binary x)" 200 "... its retry in the window is answered 200"
+is "$(ledger w-3)" "2 1 1" "... and not delivered again"
+is "$(code -H 'Idempotency-Key: w-3' -H 'X-Sim-Fault: 502' --data-binary x)" 502 "a repeat in the window with X-Sim-Fault: 502 answers 502"
+is "$(code -H 'Idempotency-Key: w-3' -H 'X-Sim-Fault: ok' -H 'X-Sim-Deliver: 1' --data-binary x)" 200 "... X-Sim-Deliver: 1 does not deliver it either"
+is "$(ledger w-3)" "4 1 1" "... delivered once"
+curl -s -o /dev/null "$BASE/config?p_5xx=1"
+is "$(code -H 'Idempotency-Key: w-3' --data-binary x)" 200 "p_5xx=1: a repeat in the window is still answered 200"
+is "$(code -H 'Idempotency-Key: w-4' --data-binary x)" 502 "... a new key gets its 502"
+curl -s -o /dev/null "$BASE/config?p_5xx=0"
+like "$(curl -s "$BASE/config?idempotency=1&dedup_breaks=1")" '^dedup_breaks 1$' "idempotency=1 with dedup_breaks=1"
+code -H 'Idempotency-Key: w-3' --data-binary x >/dev/null
+is "$(ledger w-3)" "6 1 1" "... --idempotency wins: the break changes nothing"
+curl -s -o /dev/null "$BASE/config?idempotency=0"
+code -H 'Idempotency-Key: w-3' --data-binary x >/dev/null
+is "$(ledger w-3)" "7 2 1" "... without it, dedup_breaks=1 delivers every repeat again"
+is "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/config?dedup_breaks=1.5")" 400 "/config rejects dedup_breaks=1.5"
+is "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/config?dedup_window_ms=-1")" 400 "... and dedup_window_ms=-1"
+
+# the breaks share, with a fixed seed: 1000 keys, each sent twice in the window
+curl -s -o /dev/null "$BASE/reset"
+curl -s -o /dev/null "$BASE/config?dedup_window_ms=60000&dedup_breaks=0.25&seed=11"
+requests brk- 1000 2
+pipeline "$TMP/req"
+is "$(grep -o 'HTTP/1.1 200 OK' "$TMP/pipe.out" | wc -l)" 2000 "dedup_breaks=0.25: 2000 pipelined calls answered 200"
+broken=$(stat dedup_broken)
+in_band "$broken" 200 300 "... broken promises"
+is "$(($(stat dedup_hits) + broken))" 1000 "... hits and breaks make the 1000 repeats"
+is "$(delivered_sum brk-)" $((1000 + broken)) "... each break is a second delivered copy in the ledger"
+curl -s "$BASE/ledger" | awk '$3 == 2 { print $1 }' | sort >"$TMP/broken.1"
+curl -s -o /dev/null "$BASE/reset"
+curl -s -o /dev/null "$BASE/config?seed=11"
+pipeline "$TMP/req"
+curl -s "$BASE/ledger" | awk '$3 == 2 { print $1 }' | sort >"$TMP/broken.2"
+same "$TMP/broken.2" "$TMP/broken.1" "... the same seed breaks the same keys"
+curl -s -o /dev/null "$BASE/config?dedup_breaks=0"
+
+# the status lookup
+curl -s -o /dev/null "$BASE/reset"
+curl -s -o /dev/null "$BASE/config?dedup_window_ms=0"
+code -H 'Idempotency-Key: otp:9 a' --data-binary x >/dev/null
+code -H 'Idempotency-Key: lk-500' -H 'X-Sim-Fault: 500' --data-binary x >/dev/null
+curl_rc -m 1 -H 'Idempotency-Key: lk-td' -H 'X-Sim-Fault: timeout_delivered' --data-binary x >/dev/null
+curl -s -o /dev/null "$BASE/ledger" >"$TMP/ledger.before"
+r0=$(stat requests)
+resp=$(curl -s -D "$TMP/h" -w ' %{http_code}' "$BASE/status/otp%3A9%20a")
+is "$resp" '{"ref":"otp:9%20a","status":"delivered"} 200' "GET /status/K of a delivered key: 200, delivered (ref in the ledger's spelling)"
+like "$(tr -d '\r' <"$TMP/h")" '^Content-Type: application/json$' "... as JSON"
+is "$(curl -s -w ' %{http_code}' "$BASE/status?ref=otp:9+a")" '{"ref":"otp:9%20a","status":"delivered"} 200' "GET /status?ref=K (+ a blank there)"
+is "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/status/otp:9%2520a")" 200 "... and by the ledger's spelling"
+is "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/status/otp:9+a")" 404 "in the path a + is a plus"
+is "$(curl -s -w ' %{http_code}' "$BASE/status/lk-none")" '{"ref":"lk-none","status":"not_found"} 404' "an unknown key: 404, not_found"
+is "$(curl -s -w ' %{http_code}' "$BASE/status/lk-500")" '{"ref":"lk-500","status":"not_found"} 404' "a key received, never delivered: 404"
+is "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/status/lk-td")" 200 "a key delivered by a call that timed out: 200"
+is "$(curl -s -I -o /dev/null -w '%{http_code}' "$BASE/status/lk-td")" 200 "HEAD /status/K"
+is "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$BASE/status/lk-td")" 405 "POST /status/K: 405"
+is "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/status/")" 400 "no key: 400"
+is "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/status?ref=")" 400 "... empty ref: 400"
+is "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/status/a%zz")" 400 "bad %XX: 400"
+is "$(stat requests)" "$r0" "lookups are not requests"
+curl -s -o /dev/null "$BASE/ledger" >"$TMP/ledger.after"
+same "$TMP/ledger.after" "$TMP/ledger.before" "... nor ledger receipts"
+is "$(last_line otp:9%20a target)" /send "... and /last keeps the send"
+is "$(stat lookups) $(stat lookups_found) $(stat lookups_not_found) $(stat lookups_failed)" "8 5 3 0" \
+	"stats: lookups, lookups_found, lookups_not_found, lookups_failed (bad ones not counted)"
+is "$(stat answered)" 2 "... lookups not counted in answered"
+
+curl -s -o /dev/null "$BASE/config?lookup_latency_ms=300"
+t=$(elapsed "$BASE/status/lk-td")
+OK_NAME="lookup_latency_ms=300 delays lookups ($t s)"
+ok fge "$t" 0.3
+t=$(elapsed -H 'Idempotency-Key: lk-fast' --data-binary x "$BASE/send")
+OK_NAME="... not sends ($t s)"
+ok flt "$t" 0.25
+curl -s -o /dev/null "$BASE/config?lookup_latency_ms=0&p_lookup_fail=1"
+is "$(curl -s -w ' %{http_code}' "$BASE/status/lk-td")" '{"ref":"lk-td","status":"error","code":503} 503' "p_lookup_fail=1: 503"
+curl -s -o /dev/null "$BASE/config?lookup_fail_mode=500"
+is "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/status/lk-td")" 500 "lookup_fail_mode=500: 500"
+is "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/config?lookup_fail_mode=404")" 400 "/config rejects lookup_fail_mode=404"
+curl -s -o /dev/null "$BASE/config?lookup_fail_mode=timeout&hold_ms=2000"
+t0=$(stat timeouts)
+is "$(curl -s -o /dev/null -m 1 "$BASE/status/lk-td"; echo $?)" 28 "lookup_fail_mode=timeout: the client times out"
+is "$(stat inflight) $(stat timeouts)" "0 $t0" "... not counted as a held request"
+is "$(curl -s -o /dev/null -m 5 -w '%{http_code}' "$BASE/status/lk-td")" 000 "... closed without an answer after hold_ms"
+OK_NAME="... no connection left behind"
+ok wait_stat connections_open 1
+curl -s -o /dev/null "$BASE/config?lookup_fail_mode=503&p_lookup_fail=0.3&hold_ms=60000&seed=5"
+f0=$(stat lookups_failed)
+curl -s -o "$TMP/codes" -w '%{http_code}\n' "$BASE/status/lk-[1-400]" >"$TMP/codes"
+n503=$(grep -c 503 "$TMP/codes")
+in_band "$n503" 85 155 "p_lookup_fail=0.3: of 400 lookups, failed"
+is "$(($(stat lookups_failed) - f0))" "$n503" "... counted in lookups_failed"
+is "$(grep -c 404 "$TMP/codes")" $((400 - n503)) "... the others not found"
+curl -s -o /dev/null "$BASE/config?p_lookup_fail=0"
+stop_sim
+is "$STOP_RC" 0 "SIGTERM: exit 0"
+
+# delivery reports
+start_sim
+echo "# simulator on port $PORT (DLRs)"
+code -H 'Idempotency-Key: nodlr' --data-binary x >/dev/null
+is "$(stat dlrs_made) $(curl -s "$BASE/dlrs")" "0 " "DLRs are off by default"
+curl -s -o /dev/null "$BASE/config?dlr_median_ms=300"
+code -H 'Idempotency-Key: dl-one' --data-binary x >/dev/null
+is "$(stat dlrs_made)" 1 "dlr_median_ms=300: a delivered copy makes a report"
+is "$(curl -s "$BASE/dlrs")" "" "... not available at once"
+sleep 0.4
+line=$(curl -s "$BASE/dlrs")
+first=$(curl -s "$BASE/ledger" | awk '$1 == "dl-one" { print $5 }')
+is "$(echo "$line" | cut -f1-3 | tr '\t' ' ')" "1 dl-one 1" "... after its latency: seq TAB key TAB delivered"
+lat=$(($(echo "$line" | cut -f4) - first / 1000))
+OK_NAME="... reported_at is the delivery plus 300 ms (no spread): $lat"
+ok test "$lat" -ge 299 -a "$lat" -le 301
+code -H 'Idempotency-Key: dl-500' -H 'X-Sim-Fault: 500' --data-binary x >/dev/null
+code -H 'Idempotency-Key: dl-4' -H 'X-Sim-Fault: 400' --data-binary x >/dev/null
+curl_rc -m 1 -H 'Idempotency-Key: dl-td' -H 'X-Sim-Fault: timeout_delivered' --data-binary x >/dev/null
+is "$(stat dlrs_made)" 2 "calls not acted upon make none; a timeout acted upon makes one"
+curl -s -o /dev/null "$BASE/config?dedup_window_ms=5000"
+code -H 'Idempotency-Key: dl-w' --data-binary x >/dev/null
+code -H 'Idempotency-Key: dl-w' --data-binary x >/dev/null
+is "$(stat dlrs_made)" 3 "a repeat deduplicated makes none"
+curl -s -o /dev/null "$BASE/config?dedup_window_ms=0"
+sleep 0.4
+is "$(curl -s "$BASE/dlrs" | cut -f1,2 | tr '\t\n' ': ')" "1:dl-one 2:dl-td 3:dl-w " "GET /dlrs: all in seq order"
+is "$(curl -s "$BASE/dlrs?after=1&limit=1" | cut -f1,2 | tr '\t\n' ': ')" "2:dl-td " "after=1&limit=1"
+is "$(curl -s "$BASE/dlrs?after=3")" "" "after=3: none"
+is "$(stat dlrs_taken)" 3 "dlrs_taken counts each report once"
+is "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/dlrs?after=x")" 400 "after=x: 400"
+is "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/dlrs?limit=0x")" 400 "limit=0x: 400"
+is "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$BASE/dlrs")" 405 "POST /dlrs: 405"
+is "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/config?dlr_median_ms=400&dlr_p99_ms=200")" 400 "/config rejects dlr_p99_ms below dlr_median_ms"
+curl -s -o /dev/null "$BASE/reset"
+is "$(stat dlrs_made) $(stat dlrs_taken) $(curl -s "$BASE/dlrs")" "0 0 " "/reset forgets them"
+
+# the latency distribution, lost and failed shares: 2000 deliveries
+curl -s -o /dev/null "$BASE/config?dlr_median_ms=40&dlr_p99_ms=400&p_dlr_lost=0.1&p_dlr_failed=0.05&seed=3"
+requests dlr- 2000 1
+pipeline "$TMP/req"
+is "$(grep -o 'HTTP/1.1 200 OK' "$TMP/pipe.out" | wc -l)" 2000 "2000 pipelined deliveries"
+is "$(($(stat dlrs_made) + $(stat dlrs_lost)))" 2000 "... each made a report or lost one"
+: >"$TMP/dlrs"
+seq_seen=0
+early=0
+for i in $(seq 1 100); do
+	curl -s "$BASE/dlrs?after=$seq_seen&limit=500" >"$TMP/batch"
+	now=$(date +%s%3N)
+	early=$((early + $(awk -F'\t' -v now="$now" '$4 > now' "$TMP/batch" | wc -l)))
+	cat "$TMP/batch" >>"$TMP/dlrs"
+	[ -s "$TMP/batch" ] && seq_seen=$(tail -1 "$TMP/batch" | cut -f1)
+	[ "$(stat dlrs_taken)" = "$(stat dlrs_made)" ] && break
+	sleep 0.1
+done
+made=$(stat dlrs_made)
+is "$(wc -l <"$TMP/dlrs")" "$made" "polled with after=SEQ: every report made, once"
+is "$(cut -f1 "$TMP/dlrs" | tr '\n' ' ')" "$(seq 1 "$made" | tr '\n' ' ')" "... seq 1..$made in order"
+is "$early" 0 "... none handed out before its reported_at"
+is "$(cut -f2 "$TMP/dlrs" | sort -u | wc -l)" "$made" "... each of its own key"
+in_band "$(stat dlrs_lost)" 140 260 "p_dlr_lost=0.1: lost of 2000"
+in_band "$(awk -F'\t' '$3 == 0' "$TMP/dlrs" | wc -l)" "$((made * 5 / 100 - 35))" "$((made * 5 / 100 + 35))" "p_dlr_failed=0.05: saying not delivered"
+is "$(awk -F'\t' '$3 == 0' "$TMP/dlrs" | wc -l)" "$(stat dlrs_failed)" "... counted in dlrs_failed"
+curl -s "$BASE/ledger" | awk '{ print $1, $5 }' | sort >"$TMP/first"
+cut -f2,4 "$TMP/dlrs" | tr '\t' ' ' | sort | join - "$TMP/first" | awk '{ print $2 - int($3 / 1000) }' | sort -n >"$TMP/lat"
+n=$(wc -l <"$TMP/lat")
+p50=$(sed -n "$(((n + 1) / 2))p" "$TMP/lat")
+p99=$(sed -n "$(((n * 99 + 99) / 100))p" "$TMP/lat")
+in_band "$p50" 34 46 "lognormal latency, median 40 ms: the median of $n"
+in_band "$p99" 260 540 "... p99 400 ms: the p99"
+cut -f2 "$TMP/dlrs" | sort >"$TMP/reported.1"
+curl -s -o /dev/null "$BASE/reset"
+curl -s -o /dev/null "$BASE/config?dlr_median_ms=1&dlr_p99_ms=1&seed=3"
+pipeline "$TMP/req"
+sleep 0.2
+curl -s "$BASE/dlrs?limit=5000" | cut -f2 | sort >"$TMP/reported.2"
+same "$TMP/reported.2" "$TMP/reported.1" "... the same seed loses the same keys"
+stop_sim
+is "$STOP_RC" 0 "SIGTERM: exit 0"
+
 # ---------------------------------------------------------------- start-up options
 
 start_sim --key-header X-Req-Id --idempotency --ledger-file "$TMP/ledger.txt" \
@@ -660,6 +892,18 @@ stop_sim
 is "$STOP_RC" 0 "exit 0 after a quiet run"
 "$SIM" --p-5xx 1.5 2>/dev/null
 is "$?" 2 "probability out of range: exit 2"
+"$SIM" --dlr-median-ms 100 --dlr-p99-ms 50 2>/dev/null
+is "$?" 2 "--dlr-p99-ms below --dlr-median-ms: exit 2"
+"$SIM" --lookup-fail-mode 404 2>/dev/null
+is "$?" 2 "--lookup-fail-mode neither 5xx nor timeout: exit 2"
+start_sim --dedup-window-ms 1000 --dedup-breaks 0.5 --lookup-latency-ms 7 --p-lookup-fail 0.2 \
+	--lookup-fail-mode timeout --dlr-median-ms 30 --dlr-p99-ms 90 --p-dlr-lost 0.3 --p-dlr-failed 0.4
+cfg=$(curl -s "$BASE/config")
+for kv in 'dedup_window_ms 1000' 'dedup_breaks 0.5' 'lookup_latency_ms 7' 'p_lookup_fail 0.2' \
+	'lookup_fail_mode timeout' 'dlr_median_ms 30' 'dlr_p99_ms 90' 'p_dlr_lost 0.3' 'p_dlr_failed 0.4'; do
+	like "$cfg" "^$kv\$" "command line sets $kv"
+done
+stop_sim
 "$SIM" --no-such-option 2>/dev/null
 is "$?" 2 "unknown option: exit 2"
 like "$("$SIM" --help)" '^Usage: provider_sim' "--help"
