@@ -98,6 +98,13 @@ ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $basic_jo
 is(headers_of(last_request($sim, 'otp:812:login-8'))->{Authorization}, 'Basic ' . MIME::Base64::encode_base64($cred, ''),
 	'doc basic auth: the Authorization header is Basic base64(id:secret), on one line');
 
+# the variation for a provider that deduplicates (1.3)
+$node->safe_psql('postgres', doc_sql('doc/providers.md', 'dedup-window'));
+is($node->safe_psql('postgres', q{SELECT dedup_window FROM notif_provider WHERE name = 'sms_api'}),
+	'24:00:00', 'doc dedup window: the provider row takes it');
+is($node->safe_psql('postgres', q{SELECT resolve_wait FROM notif_type WHERE code = 'otp'}),
+	'00:00:05', 'doc report wait: the type takes it');
+
 # --- redirects are not followed ---
 set_provider($node, 'moved', "$base/send", headers => q('{"X-Sim-Fault": "302"}'),
 	idempotency_header => q('Idempotency-Key'));

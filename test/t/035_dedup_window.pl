@@ -16,12 +16,15 @@ use Test::More;
 
 my $node = new_node('dedup_window');
 my $sim = start_sim('--idempotency');
+# a provider that breaks its promise: it says it drops repeats for a
+# minute, and delivers every one (the guide's warning)
+my $liar = start_sim('--dedup-window-ms', '60000', '--dedup-breaks', '1');
 
 # one provider per case, all on the simulator, a 600 ms timeout
 sub provider
 {
-	my ($name, $fault, $window) = @_;
-	set_provider($node, $name, $sim->{url},
+	my ($name, $fault, $window, $url) = @_;
+	set_provider($node, $name, $url // $sim->{url},
 		headers => qq('{"X-Sim-Fault": "$fault", "X-Sim-Fail-First": "1"}'),
 		idempotency_header => q('Idempotency-Key'),
 		timeout => q('600 ms'),
@@ -33,6 +36,7 @@ provider('plain', 'timeout_delivered', 'NULL');
 # the window less the timeout, 100 ms, ends before the first backoff
 provider('short', 'timeout_delivered', q('700 ms'));
 provider('passing', 'timeout_delivered', q('10600 ms'));
+provider('breaking', 'timeout_delivered', q('1 minute'), $liar->{url});
 
 $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max) VALUES
@@ -41,7 +45,8 @@ $node->safe_psql('postgres', q{
 		('alo_dedup', 'at_least_once', 3, 'dedup', '100 ms', '200 ms'),
 		('amo_plain', 'at_most_once', 3, 'plain', '100 ms', '200 ms'),
 		('amo_short', 'at_most_once', 3, 'short', '1 s', '1 s'),
-		('amo_passing', 'at_most_once', 3, 'passing', '4 s', '4 s');
+		('amo_passing', 'at_most_once', 3, 'passing', '4 s', '4 s'),
+		('amo_breaking', 'at_most_once', 3, 'breaking', '100 ms', '200 ms');
 });
 
 # the settings are checked: a window needs the key's header, and is positive
@@ -55,7 +60,7 @@ like($err, qr/violates check constraint "notif_provider_dedup_window_check"/,
 	'a dedup_window of 0 is refused');
 
 my %id;
-for my $kind (qw(amo_dedup amo_dedup_lost alo_dedup amo_plain amo_short))
+for my $kind (qw(amo_dedup amo_dedup_lost alo_dedup amo_plain amo_short amo_breaking))
 {
 	$id{$kind} = $node->safe_psql('postgres',
 		qq{SELECT notif_enqueue(1, '$kind', 'o1', '{"to":"+84900000001","text":"$kind"}')});
@@ -84,12 +89,14 @@ my @rows = (
 		'amo_unknown: at_most_once, no window declared: never again, as without one'],
 	['amo_short', 'sent unknown 1 -', '1 1',
 		'amo_unknown: at_most_once, the next try would reach the provider after its window: not retried'],
+	['amo_breaking', 'sent accepted 2 dedup_window', '2 2',
+		'amo_unknown_dedup_retry: a provider that breaks its promise delivers the retry too: an at_most_once duplicate, as the guide warns'],
 );
 for my $r (@rows)
 {
 	my ($kind, $want, $ledger, $what) = @$r;
 	is(job($kind), $want, "$kind: $what");
-	my @l = split / /, ledger_key($sim, "$kind:1:o1");
+	my @l = split / /, ledger_key($kind eq 'amo_breaking' ? $liar : $sim, "$kind:1:o1");
 	is("$l[0] $l[1]", $ledger, "$kind: the provider received and delivered (ledger)");
 }
 
