@@ -371,6 +371,7 @@ AS $$
 DECLARE
     parts text[];
     job bigint;
+    waiting boolean;
     d record;
 BEGIN
     IF key IS NULL OR delivered IS NULL THEN
@@ -382,7 +383,8 @@ BEGIN
     parts := regexp_match(key, '^([^:]+):(-?[0-9]{1,19}):(.+)$');
     IF parts IS NOT NULL
        AND parts[2]::numeric BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
-        SELECT j.id INTO job
+        SELECT j.id, j.status OPERATOR(pg_catalog.=) 'queued' AND j.outcome OPERATOR(pg_catalog.=) 'unknown'
+          INTO job, waiting
           FROM @extschema@.notif_job j
          WHERE j.user_id OPERATOR(pg_catalog.=) parts[2]::bigint
            AND j.kind OPERATOR(pg_catalog.=) parts[1]
@@ -393,8 +395,10 @@ BEGIN
     VALUES (key, job, delivered, coalesce(reported_at, now()));
 
     -- (1.3) delivered: a job queued again after an ambiguous call is done,
-    -- as the lifecycle's "report" rows say (report_resolves)
-    IF delivered AND job IS NOT NULL THEN
+    -- as the lifecycle's "report" rows say (report_resolves).  Only a job
+    -- that looked so is locked and decided on: the report of a job sent
+    -- (nearly every report) takes no lock.
+    IF delivered AND waiting THEN
         SELECT * INTO d FROM @extschema@.notif_decide('notif_dlr', job, 'report', false);
         IF d.to_status IS NOT NULL THEN
             UPDATE @extschema@.notif_job n
