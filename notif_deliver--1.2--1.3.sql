@@ -413,10 +413,9 @@ END;
 $$;
 
 /*
- * notif_stats as in 1.2, and per type the jobs whose last ambiguous call
- * was resolved, by each means (resolved_dedup_window, resolved_report, at
- * the end); such jobs are left out of estimated_lost and
- * estimated_duplicates.
+ * notif_stats as in 1.2, but jobs whose last ambiguous call was resolved
+ * are left out of estimated_lost and estimated_duplicates (its columns are
+ * those of 1.2: a router reads them whole on every shard).
  */
 CREATE OR REPLACE VIEW notif_stats AS
 WITH settings AS (
@@ -493,9 +492,7 @@ per_kind AS (
            sum(q_sample) AS q_sample,
            sum(q_delivered) AS q_delivered,
            sum(measured_lost) AS measured_lost,
-           sum(measured_duplicates) AS measured_duplicates,
-           coalesce(sum(jobs) FILTER (WHERE resolved_by = 'dedup_window'), 0) AS resolved_dedup_window,
-           coalesce(sum(jobs) FILTER (WHERE resolved_by = 'report'), 0) AS resolved_report
+           sum(measured_duplicates) AS measured_duplicates
       FROM groups
      GROUP BY kind
 ),
@@ -536,9 +533,7 @@ measured AS (
            coalesce(k.q_sample, 0)::bigint AS q_sample,
            coalesce(k.dlr_jobs, 0)::bigint AS dlr_jobs,
            CASE WHEN k.dlr_jobs > 0 THEN k.measured_lost::bigint END AS measured_lost,
-           CASE WHEN k.dlr_jobs > 0 THEN k.measured_duplicates::bigint END AS measured_duplicates,
-           coalesce(k.resolved_dedup_window, 0)::bigint AS resolved_dedup_window,
-           coalesce(k.resolved_report, 0)::bigint AS resolved_report
+           CASE WHEN k.dlr_jobs > 0 THEN k.measured_duplicates::bigint END AS measured_duplicates
       FROM notif_type t
       JOIN notif_provider p ON p.name = t.provider
      CROSS JOIN settings s
@@ -608,9 +603,28 @@ SELECT kind,
        CASE WHEN cost_at_most_once < cost_at_least_once THEN delivery <> 'at_most_once'
             WHEN cost_at_least_once < cost_at_most_once THEN delivery <> 'at_least_once'
             WHEN cost_at_most_once = cost_at_least_once THEN false
-       END AS recommendation_differs,
-       -- (1.3) jobs whose last ambiguous call was resolved, by each means
-       resolved_dedup_window,
-       resolved_report
+       END AS recommendation_differs
   FROM priced
  ORDER BY kind;
+
+/*
+ * (1.3) notif_resolved: per type, the jobs of the same window whose last
+ * ambiguous call was resolved (notif_job.resolved_by), by each means.  A
+ * view of its own: notif_stats keeps its columns, which a router reads
+ * whole on every shard (notif_deliver_router's notif_stats()).
+ */
+CREATE VIEW notif_resolved AS
+SELECT t.code AS kind,
+       t.delivery,
+       count(j.id) FILTER (WHERE j.resolved_by = 'dedup_window') AS resolved_dedup_window,
+       count(j.id) FILTER (WHERE j.resolved_by = 'report') AS resolved_report
+  FROM notif_type t
+  LEFT JOIN notif_job j
+    ON j.kind = t.code AND j.resolved_by IS NOT NULL
+   AND j.created_at >= now() - coalesce(current_setting('notif_deliver.stats_window', true), '1d')::interval
+ GROUP BY t.code, t.delivery
+ ORDER BY t.code;
+
+COMMENT ON VIEW notif_resolved IS 'per type over notif_deliver.stats_window: jobs whose last ambiguous call was resolved, by each means';
+
+GRANT SELECT ON notif_resolved TO pg_monitor;

@@ -102,9 +102,9 @@ for my $r (@rows)
 
 is($node->safe_psql('postgres', q{
 		SELECT string_agg(kind || ' ' || resolved_dedup_window || ' ' || resolved_report, ', ' ORDER BY kind)
-		  FROM notif_stats WHERE kind IN ('amo_dedup', 'amo_dedup_lost', 'alo_dedup', 'amo_plain')}),
+		  FROM notif_resolved WHERE kind IN ('amo_dedup', 'amo_dedup_lost', 'alo_dedup', 'amo_plain')}),
 	'alo_dedup 1 0, amo_dedup 1 0, amo_dedup_lost 1 0, amo_plain 0 0',
-	'notif_stats counts the jobs resolved by the window, per type');
+	'notif_resolved counts the jobs resolved by the window, per type');
 
 # A retry made for the window that cannot start inside it is not made: the
 # type is paused after the first call, and resumed once the window (less

@@ -116,9 +116,9 @@ is(job('deadline'), 'sent accepted 2 -', 'deadline: the retry delivered it');
 
 is($node->safe_psql('postgres', q{
 		SELECT string_agg(kind || ' ' || resolved_report || ' ' || resolved_dedup_window, ', ' ORDER BY kind)
-		  FROM notif_stats}),
+		  FROM notif_resolved}),
 	'backs_off 1 0, deadline 0 0, waits 1 0, waits_in_vain 0 0',
-	'notif_stats counts the jobs resolved by a report, per type');
+	'notif_resolved counts the jobs resolved by a report, per type');
 
 # what the provider received: one copy of each resolved job, two of the others
 is(received('waits'), 1, 'waits: one call (the ledger)');
