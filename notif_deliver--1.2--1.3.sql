@@ -175,7 +175,7 @@ COMMENT ON FUNCTION notif_url_protected(text) IS 'whether a URL is https:// or g
  * notif_provider that keeps credentials off plain HTTP.  A provider whose
  * calls carry one (a token the sender signs, auth; a user and password in
  * its url; a header named Proxy-Authorization or ending as a secret's name
- * does, as src/excerpt.c reads one: Authorization, X-Api-Key, Cookie,
+ * does, as src/core/excerpt.c reads one: Authorization, X-Api-Key, Cookie,
  * X-Auth-Token...; a query parameter of its url so named, as Kannel's
  * password) must have a protected url (notif_url_protected),
  * and a Google service account's token_uri too (the signed JWT and the
@@ -189,7 +189,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     carried text;
-    -- the names src/excerpt.c masks the values of
+    -- the names src/core/excerpt.c masks the values of
     secret_name constant text := '(key|token|secret|password|passwd|pwd|pass|auth|authorization|authentication'
                                  '|signature|sig|credentials?|cookie|session|sessionid|session_id)$';
 BEGIN

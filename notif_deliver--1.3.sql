@@ -197,7 +197,7 @@ COMMENT ON FUNCTION notif_url_protected(text) IS 'whether a URL is https:// or g
  * notif_provider that keeps credentials off plain HTTP.  A provider whose
  * calls carry one (a token the sender signs, auth; a user and password in
  * its url; a header named Proxy-Authorization or ending as a secret's name
- * does, as src/excerpt.c reads one: Authorization, X-Api-Key, Cookie,
+ * does, as src/core/excerpt.c reads one: Authorization, X-Api-Key, Cookie,
  * X-Auth-Token...; a query parameter of its url so named, as Kannel's
  * password) must have a protected url (notif_url_protected),
  * and a Google service account's token_uri too (the signed JWT and the
@@ -211,7 +211,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     carried text;
-    -- the names src/excerpt.c masks the values of
+    -- the names src/core/excerpt.c masks the values of
     secret_name constant text := '(key|token|secret|password|passwd|pwd|pass|auth|authorization|authentication'
                                  '|signature|sig|credentials?|cookie|session|sessionid|session_id)$';
 BEGIN
@@ -736,7 +736,7 @@ REVOKE ALL ON FUNCTION notif_enqueue(bigint, text, bigint, jsonb, timestamptz) F
 
 /*
  * notif_transitions(): every transition a job makes, as the library's one
- * table holds it (src/job_state.c): claim, call ended, sender lost, retry,
+ * table holds it (src/lifecycle/job_state.c): claim, call ended, sender lost, retry,
  * cancel.  For an event, the first row whose delivery, from_status,
  * outcome and condition match applies; to_status NULL means refused (note
  * says why).  The senders and notif_retry / notif_cancel all follow it.
