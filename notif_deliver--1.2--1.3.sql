@@ -288,7 +288,8 @@ ALTER TABLE notif_provider
 ALTER TABLE notif_provider
     ADD COLUMN dedup_window interval,
     ADD CONSTRAINT notif_provider_dedup_window_check
-        CHECK (dedup_window IS NULL OR (dedup_window > interval '0' AND idempotency_header IS NOT NULL));
+        CHECK (dedup_window IS NULL OR (dedup_window > interval '0' AND dedup_window <= interval '100 years'
+                                         AND isfinite(dedup_window) AND idempotency_header IS NOT NULL));
 
 /*
  * resolved_by: how the job's last ambiguous call was resolved
@@ -353,7 +354,8 @@ $$;
  */
 ALTER TABLE notif_type
     ADD COLUMN resolve_wait interval NOT NULL DEFAULT interval '0'
-        CONSTRAINT notif_type_resolve_wait_check CHECK (resolve_wait >= interval '0');
+        CONSTRAINT notif_type_resolve_wait_check
+            CHECK (resolve_wait >= interval '0' AND resolve_wait <= interval '100 years' AND isfinite(resolve_wait));
 
 COMMENT ON COLUMN notif_type.resolve_wait IS 'how long the retry of an ambiguous call waits for a delivery report';
 

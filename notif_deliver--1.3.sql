@@ -106,7 +106,8 @@ CREATE TABLE notif_provider (
     CONSTRAINT notif_provider_credentials_check
         CHECK (notif_credentials_check(auth, credentials)),
     CONSTRAINT notif_provider_dedup_window_check
-        CHECK (dedup_window IS NULL OR (dedup_window > interval '0' AND idempotency_header IS NOT NULL))
+        CHECK (dedup_window IS NULL OR (dedup_window > interval '0' AND dedup_window <= interval '100 years'
+                                         AND isfinite(dedup_window) AND idempotency_header IS NOT NULL))
 );
 
 COMMENT ON TABLE notif_provider IS 'HTTP endpoints that notifications are delivered to';
@@ -305,7 +306,8 @@ CREATE TABLE notif_type (
     -- (1.3) how long the retry of an ambiguous at_least_once call waits for
     -- a delivery report of the job (0: it does not wait)
     resolve_wait interval NOT NULL DEFAULT interval '0'
-        CONSTRAINT notif_type_resolve_wait_check CHECK (resolve_wait >= interval '0'),
+        CONSTRAINT notif_type_resolve_wait_check
+            CHECK (resolve_wait >= interval '0' AND resolve_wait <= interval '100 years' AND isfinite(resolve_wait)),
     CONSTRAINT notif_type_backoff_check CHECK (backoff_max >= backoff_min)
 );
 

@@ -45,6 +45,9 @@ static const NameOf condition_names[] = {
 	{COND_IN_DEDUP_WINDOW, "inside the provider's deduplication window"},
 	{COND_DEDUP_WINDOW_PASSED, "the deduplication window passed"},
 	{COND_REPORT_WAIT, "the type waits for a report (resolve_wait)"},
+	{COND_DEDUP_RETRY, "a retry made for the window"},
+	{COND_DEDUP_RETRY_EXHAUSTED, "a retry made for the window, no try left"},
+	{COND_DEDUP_RETRY_LATE, "a retry made for the window, deadline passed"},
 };
 static const NameOf tries_names[] = {
 	{TRIES_KEPT, ""}, {TRIES_COUNTED, "+1"}, {TRIES_UNCOUNTED, "-1"}, {TRIES_FRESH, "fresh"},

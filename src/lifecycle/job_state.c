@@ -45,6 +45,8 @@ static const NotifTransitionRow transitions[] = {
 	/* name               event delivery from outcome when to retries tries holds note */
 
 	/* a sender claims a due job; the claim commits before the call starts */
+	{"claim_late_dedup_retry", EVENT_CLAIM, AMO, QUEUED, OUTCOME_ANY, COND_DEDUP_RETRY_LATE,
+	SENT, false, TRIES_KEPT, false, "deadline passed before the retry made for the provider's deduplication window could start: not sent again"},
 	{"claim_late", EVENT_CLAIM, DELIVERY_ANY, QUEUED, OUTCOME_ANY, COND_DEADLINE_PASSED,
 	EXPIRED, false, TRIES_KEPT, false, "deadline passed before an attempt could start"},
 	{"claim_at_most_once", EVENT_CLAIM, AMO, QUEUED, OUTCOME_ANY, COND_ALWAYS,
@@ -59,6 +61,15 @@ static const NotifTransitionRow transitions[] = {
 	QUEUED, true, TRIES_KEPT, false, NULL},	/* the provider drops a repeat */
 	{"amo_unknown", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_UNKNOWN, COND_ALWAYS,
 	SENT, false, TRIES_KEPT, false, NULL},	/* never again */
+	/*
+	 * a retry made for the provider's window that gets no answer to rely
+	 * on: the first call may have delivered, so the job ends as that call
+	 * left it, sent with outcome unknown (its own outcome is the attempt's)
+	 */
+	{"amo_dedup_retry_rejected", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_REJECTED, COND_DEDUP_RETRY,
+	SENT, false, TRIES_KEPT, false, "the retry made for the provider's deduplication window was refused: the first call may have delivered"},
+	{"amo_dedup_retry_unreached_exhausted", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_UNREACHED, COND_DEDUP_RETRY_EXHAUSTED,
+	SENT, false, TRIES_KEPT, false, "the retries made for the provider's deduplication window never reached it: the first call may have delivered"},
 	{"amo_rejected", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_REJECTED, COND_ALWAYS,
 	FAILED, false, TRIES_KEPT, false, NULL},
 	{"amo_unreached_out_of_tries", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_UNREACHED, COND_OUT_OF_TRIES,
@@ -69,6 +80,8 @@ static const NotifTransitionRow transitions[] = {
 	QUEUED, true, TRIES_KEPT, false, NULL},
 	{"amo_dedup_window_passed", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_NOT_STARTED, COND_DEDUP_WINDOW_PASSED,
 	SENT, false, TRIES_UNCOUNTED, false, "the provider's deduplication window passed before the retry could start: not sent again"},
+	{"amo_dedup_retry_not_started", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_NOT_STARTED, COND_DEDUP_RETRY,
+	SENT, false, TRIES_UNCOUNTED, false, "deadline passed before the retry made for the provider's deduplication window could start: not sent again"},
 	{"amo_not_started", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_NOT_STARTED, COND_ALWAYS,
 	EXPIRED, false, TRIES_UNCOUNTED, false, "deadline passed before the attempt could start"},
 
@@ -260,6 +273,12 @@ condition_holds(NotifCondition when, const NotifFacts *f)
 			return f->dedup_window_passed;
 		case COND_REPORT_WAIT:
 			return f->report_wait;
+		case COND_DEDUP_RETRY:
+			return f->dedup_retry;
+		case COND_DEDUP_RETRY_EXHAUSTED:
+			return f->dedup_retry && (f->out_of_tries || f->out_of_time);
+		case COND_DEDUP_RETRY_LATE:
+			return f->dedup_retry && f->deadline_passed;
 	}
 	return false;
 }
@@ -296,6 +315,23 @@ const NotifTransitionRow *
 notif_claim_row(NotifDelivery delivery, bool deadline_passed)
 {
 	NotifFacts	facts = {.deadline_passed = deadline_passed};
+	const NotifTransitionRow *row = notif_find_transition(EVENT_CLAIM, delivery, STATUS_QUEUED,
+														  OUTCOME_NONE, &facts);
+
+	Assert(row != NULL);
+	return row;
+}
+
+/*
+ * A claim that finds the deadline passed for a job queued again for its
+ * provider's deduplication window (the claim's "overdue" jobs whose
+ * resolved_by is 'dedup_window'): an at_most_once job is left as its
+ * ambiguous call left it, sent.
+ */
+const NotifTransitionRow *
+notif_claim_late_dedup_row(NotifDelivery delivery)
+{
+	NotifFacts	facts = {.deadline_passed = true,.dedup_retry = true};
 	const NotifTransitionRow *row = notif_find_transition(EVENT_CLAIM, delivery, STATUS_QUEUED,
 														  OUTCOME_NONE, &facts);
 
@@ -382,6 +418,7 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 	facts.in_dedup_window = dedup->until != 0 && !facts.out_of_tries && !facts.out_of_time &&
 		next_at < dedup->until;
 	facts.dedup_window_passed = dedup->retry && now >= dedup->until;
+	facts.dedup_retry = dedup->retry;
 	facts.report_wait = policy->resolve_wait_ms > 0;
 
 	t.row = notif_find_transition(event, delivery,
@@ -409,9 +446,17 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 	}
 	if (t.row->when == COND_IN_DEDUP_WINDOW)
 		t.resolution = RESOLUTION_DEDUP_WINDOW;
-	else if (outcome == OUTCOME_UNKNOWN || t.row->when == COND_DEDUP_WINDOW_PASSED)
+	else if (outcome == OUTCOME_UNKNOWN || t.row->when == COND_DEDUP_WINDOW_PASSED ||
+			 t.row->when == COND_DEDUP_RETRY || t.row->when == COND_DEDUP_RETRY_EXHAUSTED)
 		t.resolution = RESOLUTION_NONE;
 	else
 		t.resolution = RESOLUTION_KEPT;
+
+	/*
+	 * A retry made for the window that is not accepted leaves the job's
+	 * outcome 'unknown', what its first call left: the job may have been
+	 * delivered whatever the retry met (notif_retry asks for force then).
+	 */
+	t.keeps_outcome = dedup->retry && outcome != OUTCOME_ACCEPTED;
 	return t;
 }

@@ -75,6 +75,10 @@ typedef enum NotifCondition
 								 * which it deduplicates the job's key */
 	COND_DEDUP_WINDOW_PASSED,	/* a retry made for that window could not
 								 * start inside it */
+	COND_DEDUP_RETRY,			/* the call was a retry made for that window */
+	COND_DEDUP_RETRY_EXHAUSTED, /* ... and no try or time is left for another */
+	COND_DEDUP_RETRY_LATE,		/* claim: a job queued for such a retry, its
+								 * deadline passed */
 	COND_REPORT_WAIT			/* the type waits for a delivery report
 								 * before it retries (resolve_wait) */
 } NotifCondition;
@@ -131,6 +135,7 @@ typedef struct NotifFacts
 	bool		by_kind;
 	bool		in_dedup_window;
 	bool		dedup_window_passed;
+	bool		dedup_retry;
 	bool		report_wait;
 } NotifFacts;
 
@@ -165,6 +170,8 @@ typedef struct NotifTransition
 	TimestampTz next_at;		/* when row->retries */
 	int			tries_delta;
 	NotifResolution resolution; /* what notif_job.resolved_by becomes */
+	bool		keeps_outcome;	/* notif_job.outcome stays as it was (the
+								 * call's own goes to notif_attempt) */
 } NotifTransition;
 
 /* names, in one place (job_names.c) */
@@ -195,6 +202,7 @@ extern const NotifTransitionRow *notif_find_transition(NotifEvent event,
 
 /* a claim: what a due job of this delivery becomes, and when it is late */
 extern const NotifTransitionRow *notif_claim_row(NotifDelivery delivery, bool deadline_passed);
+extern const NotifTransitionRow *notif_claim_late_dedup_row(NotifDelivery delivery);
 
 /* which delivery's claim leaves a job in this status */
 extern NotifDelivery notif_delivery_claimed_as(NotifStatus status);

@@ -131,6 +131,7 @@ notif_record_arrays(const NotifResult *results, int n, Datum *values)
 		elems[REC_ENDED][i] = TimestampTzGetDatum(r->ended_at);
 		elems[REC_ATTEMPT][i] = Int32GetDatum(r->earlier_tries + r->tries);
 		elems[REC_RESOLVES][i] = BoolGetDatum(r->next.resolution != RESOLUTION_KEPT);
+		elems[REC_KEEPS_OUTCOME][i] = BoolGetDatum(r->next.keeps_outcome);
 		resolved_by = notif_resolution_name(r->next.resolution);
 		if (resolved_by)
 			elems[REC_RESOLVED_BY][i] = CStringGetTextDatum(resolved_by);

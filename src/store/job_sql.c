@@ -63,7 +63,9 @@ static const char *const sql_lane_types =
  * Claim due jobs of one type, writing what job_state.c's claim rows say
  * (the sender passes them): $4 the status of a claimed job, $5 the change
  * of its tries, $6 the status of a job whose deadline has passed, $7 the
- * last_error that one gets.  A late job is not held and has no call; a
+ * last_error that one gets, $8 and $9 the same for such a job queued again
+ * for its provider's deduplication window (claim_late_dedup_retry: an
+ * at_most_once one stays sent, unresolved).  A late job is not held and has no call; a
  * claimed one is held by the sender ($3).  sent_at is set when a status
  * becomes 'sent'.
  * The due jobs come from notif_active: "work" takes its first $2 due rows
@@ -114,7 +116,10 @@ static const char *const sql_claim =
 "              j.earlier_tries, j.created_at, (j.resolved_by = 'dedup_window') IS TRUE),"
 " overdue AS ("
 "    UPDATE %s.notif_job j"
-"       SET status = $6, claimed_by = NULL, claimed_at = NULL, last_error = $7"
+"       SET status = CASE WHEN j.resolved_by = 'dedup_window' THEN $8 ELSE $6 END,"
+"           last_error = CASE WHEN j.resolved_by = 'dedup_window' THEN $9 ELSE $7 END,"
+"           resolved_by = CASE WHEN j.resolved_by = 'dedup_window' THEN NULL ELSE j.resolved_by END,"
+"           claimed_by = NULL, claimed_at = NULL"
 "     WHERE j.id = ANY (ARRAY (SELECT d.id FROM due d WHERE d.late))"
 "    RETURNING j.id, j.user_id, j.order_id, j.payload, true AS late, j.tries, j.deadline_at,"
 "              j.earlier_tries, j.created_at, (j.resolved_by = 'dedup_window') IS TRUE),"
@@ -157,7 +162,7 @@ static const char *const sql_record =
 " upd AS ("
 "    UPDATE %s.notif_job j"
 "       SET status = r.status,"
-"           outcome = coalesce(r.outcome, j.outcome),"
+"           outcome = CASE WHEN r.keeps_outcome THEN j.outcome ELSE coalesce(r.outcome, j.outcome) END,"
 "           http_status = CASE WHEN r.outcome IS NULL THEN j.http_status ELSE r.http_status END,"
 "           last_error = r.error,"
 "           next_at = coalesce(r.next_at, j.next_at),"
@@ -337,8 +342,8 @@ enum
 
 static PlanDef plans[N_PLANS] = {
 	[PLAN_LANE_TYPES] = {&sql_lane_types, NULL, 1, {TEXTOID}},
-	[PLAN_CLAIM] = {&sql_claim, NULL, 7,
-	{TEXTOID, INT4OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID}, true},
+	[PLAN_CLAIM] = {&sql_claim, NULL, 9,
+	{TEXTOID, INT4OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID}, true},
 	[PLAN_RECORD] = {NULL, record_sql, N_RECORD_COLUMNS, {0}, true},	/* record_columns */
 	[PLAN_RECORD_PASSING] = {NULL, record_passing_sql, N_RECORD_COLUMNS, {0}, true},
 	[PLAN_ORPHANS] = {&sql_orphans, NULL, 1, {INT8ARRAYOID}},
@@ -455,14 +460,18 @@ notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, int64 incar
 {
 	const NotifTransitionRow *claimed = notif_claim_row(delivery, false);
 	const NotifTransitionRow *late = notif_claim_row(delivery, true);
-	Datum		values[7] = {CStringGetTextDatum(kind), Int32GetDatum(limit),
+	const NotifTransitionRow *late_dedup = notif_claim_late_dedup_row(delivery);
+	Datum		values[9] = {CStringGetTextDatum(kind), Int32GetDatum(limit),
 		Int64GetDatum(incarnation),
 		CStringGetTextDatum(notif_status_name((NotifStatus) claimed->to)),
 		Int32GetDatum(claimed->tries == TRIES_COUNTED ? 1 : 0),
 		CStringGetTextDatum(notif_status_name((NotifStatus) late->to)),
-	CStringGetTextDatum(late->note)};
+		CStringGetTextDatum(late->note),
+		CStringGetTextDatum(notif_status_name((NotifStatus) late_dedup->to)),
+	CStringGetTextDatum(late_dedup->note)};
 
 	Assert(claimed->holds && !late->holds && late->tries == TRIES_KEPT);
+	Assert(!late_dedup->holds && late_dedup->tries == TRIES_KEPT);
 	run_with(PLAN_CLAIM, values, NULL, false, SPI_OK_SELECT, snapshot);
 	return notif_claimed_from_rows(cxt, out);	/* job_rows.c */
 }

@@ -75,7 +75,8 @@ extern char *notif_sql_wrong_version;
 	C(ENDED, ended_at, TIMESTAMPTZOID, TIMESTAMPTZARRAYOID, "timestamptz") \
 	C(ATTEMPT, attempt, INT4OID, INT4ARRAYOID, "int4") \
 	C(RESOLVES, resolves, BOOLOID, BOOLARRAYOID, "bool") \
-	C(RESOLVED_BY, resolved_by, TEXTOID, TEXTARRAYOID, "text")
+	C(RESOLVED_BY, resolved_by, TEXTOID, TEXTARRAYOID, "text") \
+	C(KEEPS_OUTCOME, keeps_outcome, BOOLOID, BOOLARRAYOID, "bool")
 
 #define AS_ENUM(e, name, elem, array, sqltype) REC_##e,
 enum

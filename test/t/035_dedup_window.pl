@@ -136,4 +136,70 @@ like($node->safe_psql('postgres', qq{SELECT last_error FROM notif_job WHERE id =
 my @l = split / /, ledger_key($sim, 'amo_passing:1:o1');
 is("$l[0] $l[1]", '1 1', 'amo_passing: the provider received it once');
 
+# A retry made for the window that gets no answer to rely on leaves the
+# job as its first, ambiguous call did: sent, outcome unknown, so that
+# notif_retry asks for force.  The providers change between the calls:
+# the retry is refused (400), or cannot reach the provider (a closed port)
+# on each of its tries, or its deadline passes before it can be claimed.
+provider('then_refused', 'timeout_delivered', q('1 minute'));
+provider('then_gone', 'timeout_delivered', q('1 minute'));
+provider('then_late', 'timeout_delivered', q('1 minute'));
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max, deadline) VALUES
+		('amo_then_refused', 'at_most_once', 3, 'then_refused', '3 s', '3 s', NULL),
+		('amo_then_gone', 'at_most_once', 2, 'then_gone', '3 s', '3 s', NULL),
+		('amo_then_late', 'at_most_once', 3, 'then_late', '3 s', '3 s', '6 s');
+});
+for my $kind (qw(amo_then_refused amo_then_gone amo_then_late))
+{
+	$id{$kind} = $node->safe_psql('postgres',
+		qq{SELECT notif_enqueue(1, '$kind', 'o1', '{"to":"+84900000001","text":"$kind"}')});
+}
+ok( wait_until(
+		$node,
+		qq{SELECT count(*) = 3 FROM notif_job
+		    WHERE id IN ($id{amo_then_refused}, $id{amo_then_gone}, $id{amo_then_late})
+		      AND status = 'queued' AND tries = 1 AND resolved_by = 'dedup_window'}),
+	'their first calls ended unknown, and they are queued again for the window');
+my $closed_port = PostgreSQL::Test::Cluster::get_free_port();
+$node->safe_psql('postgres', qq{
+	UPDATE notif_provider SET headers = '{"X-Sim-Fault": "400"}' WHERE name = 'then_refused';
+	UPDATE notif_provider SET url = 'http://127.0.0.1:$closed_port/send' WHERE name = 'then_gone';
+	UPDATE notif_type SET paused = true WHERE code = 'amo_then_late';
+});
+wait_config_read($node, 'default');
+ok( wait_until(
+		$node,
+		qq{SELECT now() > deadline_at FROM notif_job WHERE id = $id{amo_then_late}}),
+	'amo_then_late: its deadline passed while it waited');
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = false WHERE code = 'amo_then_late'});
+ok( wait_until(
+		$node,
+		qq{SELECT count(*) = 3 FROM notif_job
+		    WHERE id IN ($id{amo_then_refused}, $id{amo_then_gone}, $id{amo_then_late})
+		      AND status <> 'queued' AND claimed_by IS NULL}),
+	'the three retries ended');
+is(job('amo_then_refused'), 'sent unknown 2 -',
+	'amo_dedup_retry_rejected: the retry was refused, the job stays sent and unknown (its first call may have delivered)');
+is($node->safe_psql('postgres', qq{SELECT string_agg(try || ' ' || outcome, ', ' ORDER BY try) FROM notif_calls WHERE job_id = $id{amo_then_refused}}),
+	'1 unknown, 2 rejected', 'amo_then_refused: each call keeps its own outcome');
+is(job('amo_then_gone'), 'sent unknown 2 -',
+	'amo_dedup_retry_unreached_exhausted: no try left after an unreached retry: sent and unknown');
+is(job('amo_then_late'), 'sent unknown 1 -',
+	'claim_late_dedup_retry: the deadline passed before the retry: not sent again, sent and unknown (not expired)');
+like($node->safe_psql('postgres', qq{SELECT last_error FROM notif_job WHERE id = $id{amo_then_late}}),
+	qr/deadline passed before the retry made for the provider's deduplication window/, 'amo_then_late: last_error says why');
+for my $kind (qw(amo_then_refused amo_then_gone amo_then_late))
+{
+	($rc, $out, $err) = $node->psql('postgres', qq{SELECT notif_retry($id{$kind})});
+	like($err, qr/may already have been delivered/, "$kind: notif_retry without force refuses it (retry_maybe_delivered)");
+}
+is((split / /, ledger_key($sim, 'amo_then_late:1:o1'))[0], '1', 'amo_then_late: the provider received it once');
+
+# the window's bounds: finite, at most 100 years (17 and later have
+# infinite intervals); the same for resolve_wait
+($rc, $out, $err) = $node->psql('postgres',
+	q{UPDATE notif_provider SET dedup_window = '200 years' WHERE name = 'dedup'});
+like($err, qr/violates check constraint "notif_provider_dedup_window_check"/, 'a dedup_window of 200 years is refused');
+
 done_testing();
