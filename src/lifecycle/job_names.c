@@ -48,6 +48,7 @@ static const NameOf condition_names[] = {
 	{COND_DEDUP_RETRY, "a retry made for the window"},
 	{COND_DEDUP_RETRY_EXHAUSTED, "a retry made for the window, no try left"},
 	{COND_DEDUP_RETRY_LATE, "a retry made for the window, deadline passed"},
+	{COND_REPORTED, "a report said delivered during the call"},
 };
 static const NameOf tries_names[] = {
 	{TRIES_KEPT, ""}, {TRIES_COUNTED, "+1"}, {TRIES_UNCOUNTED, "-1"}, {TRIES_FRESH, "fresh"},

@@ -57,6 +57,8 @@ static const NotifTransitionRow transitions[] = {
 	/* an at_most_once call ended: the job is already 'sent' */
 	{"amo_accepted", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_ACCEPTED, COND_ALWAYS,
 	SENT, false, TRIES_KEPT, false, NULL},
+	{"amo_reported", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_UNKNOWN, COND_REPORTED,
+	SENT, false, TRIES_KEPT, false, NULL},	/* delivered: nothing to retry */
 	{"amo_unknown_dedup_retry", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_UNKNOWN, COND_IN_DEDUP_WINDOW,
 	QUEUED, true, TRIES_KEPT, false, NULL},	/* the provider drops a repeat */
 	{"amo_unknown", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_UNKNOWN, COND_ALWAYS,
@@ -90,6 +92,8 @@ static const NotifTransitionRow transitions[] = {
 	SENT, false, TRIES_KEPT, false, NULL},
 	{"alo_rejected", EVENT_CALL_ENDED, ALO, SENDING, OUTCOME_REJECTED, COND_ALWAYS,
 	FAILED, false, TRIES_KEPT, false, NULL},
+	{"alo_reported", EVENT_CALL_ENDED, ALO, SENDING, OUTCOME_UNKNOWN, COND_REPORTED,
+	SENT, false, TRIES_KEPT, false, NULL},	/* a report said delivered: no retry */
 	{"alo_out_of_tries", EVENT_CALL_ENDED, ALO, SENDING, AMBIGUOUS, COND_OUT_OF_TRIES,
 	FAILED, false, TRIES_KEPT, false, NULL},
 	{"alo_out_of_time", EVENT_CALL_ENDED, ALO, SENDING, AMBIGUOUS, COND_OUT_OF_TIME,
@@ -279,6 +283,8 @@ condition_holds(NotifCondition when, const NotifFacts *f)
 			return f->dedup_retry && (f->out_of_tries || f->out_of_time);
 		case COND_DEDUP_RETRY_LATE:
 			return f->dedup_retry && f->deadline_passed;
+		case COND_REPORTED:
+			return f->reported;
 	}
 	return false;
 }
@@ -403,7 +409,8 @@ notif_call_may_start(NotifDelivery delivery, TimestampTz deadline_at, const Noti
 NotifTransition
 notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 				 int tries, const NotifRetryPolicy *policy, TimestampTz now,
-				 TimestampTz deadline_at, int64 retry_after_ms, const NotifDedup *dedup)
+				 TimestampTz deadline_at, int64 retry_after_ms, const NotifDedup *dedup,
+				 bool reported)
 {
 	NotifTransition t = {0};
 	NotifFacts	facts = {0};
@@ -419,6 +426,7 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 		next_at < dedup->until;
 	facts.dedup_window_passed = dedup->retry && now >= dedup->until;
 	facts.dedup_retry = dedup->retry;
+	facts.reported = reported;
 	facts.report_wait = policy->resolve_wait_ms > 0;
 
 	t.row = notif_find_transition(event, delivery,
@@ -446,6 +454,8 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 	}
 	if (t.row->when == COND_IN_DEDUP_WINDOW)
 		t.resolution = RESOLUTION_DEDUP_WINDOW;
+	else if (t.row->when == COND_REPORTED)
+		t.resolution = RESOLUTION_REPORT;
 	else if (outcome == OUTCOME_UNKNOWN || t.row->when == COND_DEDUP_WINDOW_PASSED ||
 			 t.row->when == COND_DEDUP_RETRY || t.row->when == COND_DEDUP_RETRY_EXHAUSTED)
 		t.resolution = RESOLUTION_NONE;
@@ -457,6 +467,6 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 	 * outcome 'unknown', what its first call left: the job may have been
 	 * delivered whatever the retry met (notif_retry asks for force then).
 	 */
-	t.keeps_outcome = dedup->retry && outcome != OUTCOME_ACCEPTED;
+	t.keeps_outcome = dedup->retry && outcome != OUTCOME_ACCEPTED && t.row->when != COND_REPORTED;
 	return t;
 }

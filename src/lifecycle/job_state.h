@@ -79,6 +79,8 @@ typedef enum NotifCondition
 	COND_DEDUP_RETRY_EXHAUSTED, /* ... and no try or time is left for another */
 	COND_DEDUP_RETRY_LATE,		/* claim: a job queued for such a retry, its
 								 * deadline passed */
+	COND_REPORTED,				/* a delivery report of the job, delivered,
+								 * came before the call ended */
 	COND_REPORT_WAIT			/* the type waits for a delivery report
 								 * before it retries (resolve_wait) */
 } NotifCondition;
@@ -86,8 +88,9 @@ typedef enum NotifCondition
 /*
  * How the last ambiguous outcome of a job was resolved (notif_job.resolved_by),
  * as a transition leaves it: a row whose condition is COND_IN_DEDUP_WINDOW
- * resolves it by the provider's deduplication window, a report event by
- * the report; any other row that ends an ambiguous call, or finds that
+ * resolves it by the provider's deduplication window, one whose condition
+ * is COND_REPORTED (and notif_dlr's report event) by the report; any other
+ * row that ends an ambiguous call, or finds that
  * window passed, leaves it unresolved; the rest keep what the job had.
  */
 typedef enum NotifResolution
@@ -137,6 +140,7 @@ typedef struct NotifFacts
 	bool		dedup_window_passed;
 	bool		dedup_retry;
 	bool		report_wait;
+	bool		reported;
 } NotifFacts;
 
 /*
@@ -247,6 +251,7 @@ extern NotifTransition notif_after_call(NotifEvent event, NotifDelivery delivery
 										TimestampTz now,
 										TimestampTz deadline_at,	/* 0: none */
 										int64 retry_after_ms,
-										const NotifDedup *dedup);
+										const NotifDedup *dedup,
+										bool reported);	/* COND_REPORTED */
 
 #endif							/* NOTIF_JOB_STATE_H */

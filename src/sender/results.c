@@ -25,7 +25,7 @@ static void
 make_result(NotifResult *r, NotifEvent event, const NotifJobRef *job,
 			NotifOutcome outcome, long http_status, const char *error,
 			TimestampTz started_at, TimestampTz ended_at, int64 retry_after_ms,
-			TimestampTz now)
+			TimestampTz now, bool reported)
 {
 	r->job_id = job->id;
 	r->tries = job->tries;
@@ -37,7 +37,7 @@ make_result(NotifResult *r, NotifEvent event, const NotifJobRef *job,
 	r->started_at = started_at;
 	r->ended_at = ended_at;
 	r->next = notif_after_call(event, job->delivery, outcome, job->tries, &job->policy,
-							   now, job->deadline_at, retry_after_ms, &job->dedup);
+							   now, job->deadline_at, retry_after_ms, &job->dedup, reported);
 	r->error = r->next.row->note ? r->next.row->note : error;
 	if (r->next.status == STATUS_SENT && r->expected_status != STATUS_SENT)
 		r->sent_at = ended_at;	/* at_most_once's was set by its claim */
@@ -89,7 +89,7 @@ sender_recover_orphans(void)
 		if (is_live(o->job.claimed_by, live, n_live))
 			continue;
 		make_result(&results[k++], EVENT_SENDER_LOST, &o->job, OUTCOME_UNKNOWN, 0, NULL,
-					o->claimed_at ? o->claimed_at : now, now, 0, now);
+					o->claimed_at ? o->claimed_at : now, now, 0, now, false);
 	}
 	if (k == 0)
 		return;
@@ -141,9 +141,27 @@ sender_finished_results(NotifResult **out)
 	NotifResult *results;
 	TimestampTz now = GetCurrentTimestamp();
 
+	int64	   *ambiguous;
+	int64	   *reported = NULL;
+	int			n_ambiguous = 0,
+				n_reported = 0;
+
 	dlist_foreach(iter, &sender.finished)
 		n++;
 	results = palloc0(sizeof(NotifResult) * Max(n, 1));
+
+	/* the ambiguous calls of jobs that a report says delivered meanwhile */
+	ambiguous = palloc(sizeof(int64) * Max(n, 1));
+	dlist_foreach(iter, &sender.finished)
+	{
+		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
+
+		if (call->outcome == OUTCOME_UNKNOWN)
+			ambiguous[n_ambiguous++] = call->job.id;
+	}
+	if (n_ambiguous > 0)
+		reported = notif_sql_reported(ambiguous, n_ambiguous, &n_reported);
+
 	n = 0;
 	dlist_foreach(iter, &sender.finished)
 	{
@@ -151,12 +169,18 @@ sender_finished_results(NotifResult **out)
 		int64		retry_after = (call->http_status == 429 || call->http_status == 503)
 		? call->retry_after_ms : 0;
 		const char *error = call->error;
+		bool		was_reported = false;
+		int			k;
+
+		if (call->outcome == OUTCOME_UNKNOWN)
+			for (k = 0; k < n_reported && !was_reported; k++)
+				was_reported = (reported[k] == call->job.id);
 
 		if (error && call->http_status != 0 && call->outcome != OUTCOME_ACCEPTED)
 			error = psprintf("HTTP %ld%s%s", call->http_status, error[0] ? ": " : "", error);
 		make_result(&results[n++], EVENT_CALL_ENDED, &call->job, call->outcome,
 					call->http_status, error, call->started_at, call->ended_at,
-					retry_after, now);
+					retry_after, now, was_reported);
 	}
 	*out = results;
 	return n;

@@ -271,6 +271,15 @@ static const char *const sql_orphans =
  * order, up to the first row whose job is queued: as a join with min(),
  * it read every due job (1.7 s with 10 million jobs kept).
  */
+/*
+ * Of these jobs, whose call just ended ambiguous, those a delivery report
+ * already says delivered (it came while the call was in flight): they need
+ * no retry (alo_reported, amo_reported).  By notif_dlr_job_idx.
+ */
+static const char *const sql_reported =
+"SELECT ARRAY (SELECT DISTINCT d.job_id FROM %s.notif_dlr d"
+"               WHERE d.job_id = ANY ($1) AND d.delivered)";
+
 static const char *const sql_next_due =
 "SELECT (SELECT a.next_at FROM %s.notif_active a"
 "         WHERE a.kind = $1 AND a.claimed_by IS NULL"
@@ -337,7 +346,7 @@ typedef struct PlanDef
 enum
 {
 	PLAN_LANE_TYPES, PLAN_CLAIM, PLAN_RECORD, PLAN_RECORD_PASSING, PLAN_ORPHANS, PLAN_NEXT_DUE,
-	PLAN_LANES, PLAN_PURGE, PLAN_MAX_HOLDER, PLAN_BUILD_ACTIVE, N_PLANS
+	PLAN_LANES, PLAN_PURGE, PLAN_MAX_HOLDER, PLAN_BUILD_ACTIVE, PLAN_REPORTED, N_PLANS
 };
 
 static PlanDef plans[N_PLANS] = {
@@ -352,6 +361,7 @@ static PlanDef plans[N_PLANS] = {
 	[PLAN_PURGE] = {&sql_purge, NULL, 1, {INT4OID}},
 	[PLAN_MAX_HOLDER] = {&sql_max_holder, NULL, 0, {0}},
 	[PLAN_BUILD_ACTIVE] = {&sql_build_active, NULL, 0, {0}},
+	[PLAN_REPORTED] = {&sql_reported, NULL, 1, {INT8ARRAYOID}},
 };
 
 static Oid	plans_extension = InvalidOid;	/* prepared at this library's version */
@@ -544,6 +554,21 @@ notif_sql_build_active(void)
 }
 
 /* When the earliest queued job of a type is due; 0 if none is queued. */
+/* Of ids[n], those with a delivered report, palloc'd; *n_out of them. */
+int64 *
+notif_sql_reported(const int64 *ids, int n, int *n_out)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
+	Datum		values[1];
+	int			i;
+
+	for (i = 0; i < n; i++)
+		elems[i] = Int64GetDatum(ids[i]);
+	values[0] = spi_array_of(elems, NULL, n, INT8OID);
+	run(PLAN_REPORTED, values, NULL, true, SPI_OK_SELECT);
+	return spi_col_int8_array(0, 1, n_out);
+}
+
 TimestampTz
 notif_sql_next_due(const char *kind)
 {

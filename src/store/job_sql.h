@@ -111,6 +111,7 @@ extern int	notif_sql_orphans(const int64 *live, int n_live,
 extern int64 notif_sql_max_holder(void);
 extern int64 notif_sql_build_active(void);
 extern TimestampTz notif_sql_next_due(const char *kind);
+extern int64 *notif_sql_reported(const int64 *ids, int n, int *n_out);
 /* the lanes that need a sender, each with its notif_lane.senders (0: the setting's) */
 extern int	notif_sql_lanes(MemoryContext cxt, char ***out, int **senders);
 extern int64 notif_sql_purge(int batch_size);

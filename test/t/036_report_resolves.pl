@@ -18,25 +18,27 @@ use Test::More;
 my $node = new_node('report_resolves');
 my $sim = start_sim();
 
-for my $p (['delivered', 'timeout_delivered'], ['lost', 'timeout'])
+for my $p (['delivered', 'timeout_delivered', '600 ms'], ['lost', 'timeout', '600 ms'],
+	['slow', 'timeout_delivered', '4 s'])
 {
 	set_provider($node, "p_$p->[0]", $sim->{url},
 		headers => qq('{"X-Sim-Fault": "$p->[1]", "X-Sim-Fail-First": "1"}'),
 		idempotency_header => q('Idempotency-Key'),
-		timeout => q('600 ms'));
+		timeout => qq('$p->[2]'));
 }
 $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max, resolve_wait, deadline) VALUES
 		('waits', 'at_least_once', 3, 'p_delivered', '100 ms', '100 ms', '1 hour', NULL),
 		('waits_in_vain', 'at_least_once', 3, 'p_lost', '100 ms', '100 ms', '2 s', NULL),
 		('backs_off', 'at_least_once', 3, 'p_delivered', '1 hour', '1 hour', '0', NULL),
-		('deadline', 'at_least_once', 3, 'p_lost', '100 ms', '100 ms', '1 hour', '8 s');
+		('deadline', 'at_least_once', 3, 'p_lost', '100 ms', '100 ms', '1 hour', '8 s'),
+		('in_flight', 'at_least_once', 3, 'p_slow', '100 ms', '100 ms', '0', NULL);
 });
 my ($rc, $out, $err) = $node->psql('postgres', q{UPDATE notif_type SET resolve_wait = '-1 s' WHERE code = 'waits'});
 like($err, qr/violates check constraint "notif_type_resolve_wait_check"/, 'a negative resolve_wait is refused');
 
 my %id;
-for my $kind (qw(waits waits_in_vain backs_off deadline))
+for my $kind (qw(waits waits_in_vain backs_off deadline in_flight))
 {
 	$id{$kind} = $node->safe_psql('postgres',
 		qq{SELECT notif_enqueue(1, '$kind', 'o1', '{"to":"+84900000001","text":"$kind"}')});
@@ -75,6 +77,22 @@ ok( wait_until(
 is($node->safe_psql('postgres', qq{
 		SELECT next_at = deadline_at - interval '600 ms' FROM notif_job WHERE id = $id{deadline}}),
 	't', 'deadline: the retry is due a timeout before the deadline, not after the hour');
+
+# a report that comes while the call is in flight (the provider reports
+# before the sender's timeout): recorded, and when the call ends unknown the
+# job is done, with no retry (alo_reported)
+ok( wait_until(
+		$node,
+		qq{SELECT status = 'sending' AND tries = 1 FROM notif_job WHERE id = $id{in_flight}}),
+	'in_flight: its first call is in flight (held 4 s)');
+$node->safe_psql('postgres', q{SELECT notif_dlr('in_flight:1:o1', true)});
+is(job('in_flight'), 'sending - 1 -', 'in_flight: the report is recorded; the call goes on (report_recorded)');
+ok( wait_until(
+		$node,
+		qq{SELECT status <> 'sending' AND claimed_by IS NULL FROM notif_job WHERE id = $id{in_flight}}),
+	'in_flight: the call ended');
+is(job('in_flight'), 'sent unknown 1 report',
+	'alo_reported: the call ended unknown after a report said delivered: sent, resolved by the report, no retry');
 
 # a report that the message was not delivered changes nothing
 $node->safe_psql('postgres', q{SELECT notif_dlr('waits:1:o1', false)});
@@ -117,7 +135,7 @@ is(job('deadline'), 'sent accepted 2 -', 'deadline: the retry delivered it');
 is($node->safe_psql('postgres', q{
 		SELECT string_agg(kind || ' ' || resolved_report || ' ' || resolved_dedup_window, ', ' ORDER BY kind)
 		  FROM notif_resolved}),
-	'backs_off 1 0, deadline 0 0, waits 1 0, waits_in_vain 0 0',
+	'backs_off 1 0, deadline 0 0, in_flight 1 0, waits 1 0, waits_in_vain 0 0',
 	'notif_resolved counts the jobs resolved by a report, per type');
 
 # what the provider received: one copy of each resolved job, two of the others
@@ -125,5 +143,6 @@ is(received('waits'), 1, 'waits: one call (the ledger)');
 is(received('backs_off'), 1, 'backs_off: one call');
 is(received('waits_in_vain'), 2, 'waits_in_vain: two calls');
 is(received('deadline'), 2, 'deadline: two calls');
+is(received('in_flight'), 1, 'in_flight: one call');
 
 done_testing();
