@@ -40,6 +40,7 @@ OBJS = \
 	src/http/http.o \
 	src/http/pools.o \
 	src/http/sockets.o \
+	src/http/trust.o \
 	src/push/answer.o \
 	src/push/apns.o \
 	src/push/auth.o \

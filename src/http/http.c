@@ -79,15 +79,6 @@ static dlist_head done_calls = DLIST_STATIC_INIT(done_calls);
 static CURL *idle_handles[NOTIF_MAX_INFLIGHT_LIMIT];
 static int	n_idle = 0;
 
-/*
- * libcurl's own CA file and folder (Debian's: /etc/ssl/certs/...), read
- * from the first handle: a call without ca_cert sets them back, a call with
- * one unsets both (see start()).
- */
-static char *default_cainfo = NULL;
-static char *default_capath = NULL;
-static bool have_ca_defaults = false;
-
 static size_t read_cb(char *buffer, size_t size, size_t nitems, void *userdata);
 static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata);
 
@@ -95,18 +86,7 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata);
 static void
 handle_defaults(CURL *easy)
 {
-	if (!have_ca_defaults)
-	{
-		char	   *path = NULL;
-
-		/* a new handle's are the built-in ones */
-		if (curl_easy_getinfo(easy, CURLINFO_CAINFO, &path) == CURLE_OK && path)
-			default_cainfo = MemoryContextStrdup(TopMemoryContext, path);
-		path = NULL;
-		if (curl_easy_getinfo(easy, CURLINFO_CAPATH, &path) == CURLE_OK && path)
-			default_capath = MemoryContextStrdup(TopMemoryContext, path);
-		have_ca_defaults = true;
-	}
+	notif_http_trust_defaults(easy);	/* a new handle's CA file and folder */
 	notif_http_socket_callbacks(easy);	/* its connections' sockets can park */
 	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
@@ -489,33 +469,9 @@ start(NotifCall *call)
 		curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_1_1);
 		curl_easy_setopt(easy, CURLOPT_PIPEWAIT, 0L);
 	}
-	if (call->ca_cert)
-	{
-		struct curl_blob blob = {call->ca_cert, strlen(call->ca_cert), CURL_BLOB_COPY};
-
-		/*
-		 * The provider's CA alone.  The blob replaces only libcurl's CA
-		 * file: its CA folder (Debian's /etc/ssl/certs) would still be
-		 * trusted, so both are unset.
-		 */
-		rc = curl_easy_setopt(easy, CURLOPT_CAINFO_BLOB, &blob);
-		if (rc == CURLE_OK)
-			rc = curl_easy_setopt(easy, CURLOPT_CAINFO, NULL);
-		if (rc == CURLE_OK)
-			rc = curl_easy_setopt(easy, CURLOPT_CAPATH, NULL);
-		if (rc != CURLE_OK)
-		{
-			/* else the call would trust the system's CAs, not the provider's */
-			return not_started(call, easy, rc);
-		}
-	}
-	else
-	{
-		/* the system's (the handle's last call may have unset them) */
-		curl_easy_setopt(easy, CURLOPT_CAINFO_BLOB, NULL);
-		curl_easy_setopt(easy, CURLOPT_CAINFO, default_cainfo);
-		curl_easy_setopt(easy, CURLOPT_CAPATH, default_capath);
-	}
+	rc = notif_http_trust(easy, call->ca_cert);
+	if (rc != CURLE_OK)
+		return not_started(call, easy, rc); /* never the system's CAs instead */
 	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, call->timeout_ms);
 	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, call->connect_timeout_ms);
 	curl_easy_setopt(easy, CURLOPT_HTTPHEADER, call->headers);

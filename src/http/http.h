@@ -26,6 +26,10 @@ extern void notif_http_release_idle(void);
 extern bool notif_http_start_aux(NotifCall *call);
 extern void notif_http_config_read(const NotifTypeConf *types, int n);
 
+/* trust.c */
+extern void notif_http_trust_defaults(CURL *easy);
+extern CURLcode notif_http_trust(CURL *easy, const char *ca_cert);
+
 /* sockets.c */
 extern void notif_http_sockets_init(int epfd);
 extern void notif_http_socket_callbacks(CURL *easy);
