@@ -55,6 +55,8 @@ OBJS = \
 	src/store/planner_policy.o \
 	src/store/spi_values.o \
 	src/sender/batch.o \
+	src/sender/calls.o \
+	src/sender/lookup.o \
 	src/sender/report.o \
 	src/sender/request.o \
 	src/sender/results.o \

@@ -299,10 +299,65 @@ ALTER TABLE notif_provider
  */
 ALTER TABLE notif_job
     ADD COLUMN resolved_by text
-        CONSTRAINT notif_job_resolved_by_check CHECK (resolved_by IN ('dedup_window', 'report'));
+        CONSTRAINT notif_job_resolved_by_check CHECK (resolved_by IN ('dedup_window', 'report', 'lookup_found', 'lookup_not_found'));
 
 COMMENT ON COLUMN notif_provider.dedup_window IS 'how long the provider drops a repeat of a key: ambiguous calls are retried inside it';
-COMMENT ON COLUMN notif_job.resolved_by IS 'how the last ambiguous call was resolved: dedup_window or report; NULL: not resolved';
+COMMENT ON COLUMN notif_job.resolved_by IS 'how the last ambiguous call was resolved: dedup_window, report, lookup_found or lookup_not_found; NULL: not resolved';
+
+/*
+ * (1.3) Asking the provider before retrying: a provider that answers
+ * "do you have message K?" lets an at_least_once retry after an ambiguous
+ * call be asked first.  lookup_url is the lookup's URL, its "{key}" the
+ * job's key kind:user_id:order_id, percent-encoded; lookup_method GET or
+ * HEAD; lookup_headers its headers (NULL: the provider's headers, which
+ * carry its credentials).  The answer is read by its status:
+ * lookup_found or lookup_not_found; with lookup_field (a field of the
+ * JSON answer, a dotted path for a nested one), a found status also needs
+ * the field's value in lookup_found_values, and a value in
+ * lookup_not_found_values means not found.  Anything else (a timeout, a
+ * 5xx, an answer that does not read) is no answer: the retry goes ahead.
+ * Docs: doc/reference.md, notif_provider.lookup_url.
+ */
+ALTER TABLE notif_provider
+    ADD COLUMN lookup_url text
+        CONSTRAINT notif_provider_lookup_url_check
+        CHECK (lookup_url ~* '^https?://[^[:space:]]+$' AND strpos(lookup_url, '{key}') > 0),
+    ADD COLUMN lookup_method text NOT NULL DEFAULT 'GET'
+        CONSTRAINT notif_provider_lookup_method_check CHECK (lookup_method IN ('GET', 'HEAD')),
+    ADD COLUMN lookup_headers jsonb
+        CONSTRAINT notif_provider_lookup_headers_check CHECK (
+            jsonb_typeof(lookup_headers) = 'object'
+            AND NOT jsonb_path_exists(lookup_headers, '$.* ? (@.type() != "string")')
+            AND NOT jsonb_path_exists(lookup_headers,
+                    '$.keyvalue() ? (!(@.key like_regex "^[-!#$%&''*+.^_`|~0-9A-Za-z]+$") || @.value like_regex "[\\r\\n]")')),
+    ADD COLUMN lookup_found int[] NOT NULL DEFAULT '{200}',
+    ADD COLUMN lookup_not_found int[] NOT NULL DEFAULT '{404}',
+    ADD COLUMN lookup_field text
+        CONSTRAINT notif_provider_lookup_field_check CHECK (lookup_field ~ '^[^[:cntrl:].]+(\.[^[:cntrl:].]+)*$' AND octet_length(lookup_field) <= 255),
+    ADD COLUMN lookup_found_values text[],
+    ADD COLUMN lookup_not_found_values text[],
+    ADD CONSTRAINT notif_provider_lookup_status_check
+        CHECK (cardinality(lookup_found) > 0 AND NOT (lookup_found && lookup_not_found)
+               AND array_position(lookup_found || lookup_not_found, NULL) IS NULL
+               AND 100 <= ALL (lookup_found || lookup_not_found) AND 599 >= ALL (lookup_found || lookup_not_found)),
+    ADD CONSTRAINT notif_provider_lookup_field_values_check
+        CHECK ((lookup_field IS NULL) = (lookup_found_values IS NULL)
+               AND (lookup_not_found_values IS NULL OR lookup_field IS NOT NULL)
+               AND array_position(lookup_found_values || lookup_not_found_values, NULL) IS NULL);
+
+-- the lookup's credentials (its headers, else the provider's) never travel in clear
+ALTER TABLE notif_provider
+    ADD CONSTRAINT notif_provider_lookup_transport_check
+    CHECK (lookup_url IS NULL OR notif_transport_check(lookup_url, coalesce(lookup_headers, headers), NULL, NULL));
+
+COMMENT ON COLUMN notif_provider.lookup_url IS 'status lookup asked before an at_least_once retry after an ambiguous call; {key} is the job''s key, percent-encoded';
+COMMENT ON COLUMN notif_provider.lookup_method IS 'the status lookup''s method: GET or HEAD';
+COMMENT ON COLUMN notif_provider.lookup_headers IS 'the status lookup''s headers (NULL: the provider''s headers)';
+COMMENT ON COLUMN notif_provider.lookup_found IS 'HTTP statuses of a lookup answer that mean the provider has the message';
+COMMENT ON COLUMN notif_provider.lookup_not_found IS 'HTTP statuses of a lookup answer that mean it has not';
+COMMENT ON COLUMN notif_provider.lookup_field IS 'field of the JSON lookup answer (a dotted path) whose value says found or not found';
+COMMENT ON COLUMN notif_provider.lookup_found_values IS 'values of lookup_field that mean found';
+COMMENT ON COLUMN notif_provider.lookup_not_found_values IS 'values of lookup_field that mean not found';
 
 /*
  * notif_redrive(ids, status) as in 1.2, and the re-driven job starts with
@@ -619,7 +674,9 @@ CREATE VIEW notif_resolved AS
 SELECT t.code AS kind,
        t.delivery,
        count(j.id) FILTER (WHERE j.resolved_by = 'dedup_window') AS resolved_dedup_window,
-       count(j.id) FILTER (WHERE j.resolved_by = 'report') AS resolved_report
+       count(j.id) FILTER (WHERE j.resolved_by = 'report') AS resolved_report,
+       count(j.id) FILTER (WHERE j.resolved_by = 'lookup_found') AS resolved_lookup_found,
+       count(j.id) FILTER (WHERE j.resolved_by = 'lookup_not_found') AS resolved_lookup_not_found
   FROM notif_type t
   LEFT JOIN notif_job j
     ON j.kind = t.code AND j.resolved_by IS NOT NULL

@@ -103,11 +103,38 @@ CREATE TABLE notif_provider (
     -- counted from its first copy (NULL: it promises nothing); it needs the
     -- header that carries the key
     dedup_window interval,
+    -- (1.3) the status lookup asked before an at_least_once retry after an
+    -- ambiguous call (see below)
+    lookup_url text
+        CONSTRAINT notif_provider_lookup_url_check
+        CHECK (lookup_url ~* '^https?://[^[:space:]]+$' AND strpos(lookup_url, '{key}') > 0),
+    lookup_method text NOT NULL DEFAULT 'GET'
+        CONSTRAINT notif_provider_lookup_method_check CHECK (lookup_method IN ('GET', 'HEAD')),
+    lookup_headers jsonb
+        CONSTRAINT notif_provider_lookup_headers_check CHECK (
+            jsonb_typeof(lookup_headers) = 'object'
+            AND NOT jsonb_path_exists(lookup_headers, '$.* ? (@.type() != "string")')
+            AND NOT jsonb_path_exists(lookup_headers,
+                    '$.keyvalue() ? (!(@.key like_regex "^[-!#$%&''*+.^_`|~0-9A-Za-z]+$") || @.value like_regex "[\\r\\n]")')),
+    lookup_found int[] NOT NULL DEFAULT '{200}',
+    lookup_not_found int[] NOT NULL DEFAULT '{404}',
+    lookup_field text
+        CONSTRAINT notif_provider_lookup_field_check CHECK (lookup_field ~ '^[^[:cntrl:].]+(\.[^[:cntrl:].]+)*$' AND octet_length(lookup_field) <= 255),
+    lookup_found_values text[],
+    lookup_not_found_values text[],
     CONSTRAINT notif_provider_credentials_check
         CHECK (notif_credentials_check(auth, credentials)),
     CONSTRAINT notif_provider_dedup_window_check
         CHECK (dedup_window IS NULL OR (dedup_window > interval '0' AND dedup_window <= interval '100 years'
-                                         AND isfinite(dedup_window) AND idempotency_header IS NOT NULL))
+                                         AND isfinite(dedup_window) AND idempotency_header IS NOT NULL)),
+    CONSTRAINT notif_provider_lookup_status_check
+        CHECK (cardinality(lookup_found) > 0 AND NOT (lookup_found && lookup_not_found)
+               AND array_position(lookup_found || lookup_not_found, NULL) IS NULL
+               AND 100 <= ALL (lookup_found || lookup_not_found) AND 599 >= ALL (lookup_found || lookup_not_found)),
+    CONSTRAINT notif_provider_lookup_field_values_check
+        CHECK ((lookup_field IS NULL) = (lookup_found_values IS NULL)
+               AND (lookup_not_found_values IS NULL OR lookup_field IS NOT NULL)
+               AND array_position(lookup_found_values || lookup_not_found_values, NULL) IS NULL)
 );
 
 COMMENT ON TABLE notif_provider IS 'HTTP endpoints that notifications are delivered to';
@@ -117,6 +144,14 @@ COMMENT ON COLUMN notif_provider.credentials IS 'the service-account JSON file, 
 COMMENT ON COLUMN notif_provider.max_connections IS 'HTTP/2 connections per lane to this provider (shared out between its senders, at least one each); calls are multiplexed over them';
 COMMENT ON COLUMN notif_provider.ca_cert IS 'PEM CA certificate(s) to verify the provider with, instead of the system store';
 COMMENT ON COLUMN notif_provider.dedup_window IS 'how long the provider drops a repeat of a key: ambiguous calls are retried inside it';
+COMMENT ON COLUMN notif_provider.lookup_url IS 'status lookup asked before an at_least_once retry after an ambiguous call; {key} is the job''s key, percent-encoded';
+COMMENT ON COLUMN notif_provider.lookup_method IS 'the status lookup''s method: GET or HEAD';
+COMMENT ON COLUMN notif_provider.lookup_headers IS 'the status lookup''s headers (NULL: the provider''s headers)';
+COMMENT ON COLUMN notif_provider.lookup_found IS 'HTTP statuses of a lookup answer that mean the provider has the message';
+COMMENT ON COLUMN notif_provider.lookup_not_found IS 'HTTP statuses of a lookup answer that mean it has not';
+COMMENT ON COLUMN notif_provider.lookup_field IS 'field of the JSON lookup answer (a dotted path) whose value says found or not found';
+COMMENT ON COLUMN notif_provider.lookup_found_values IS 'values of lookup_field that mean found';
+COMMENT ON COLUMN notif_provider.lookup_not_found_values IS 'values of lookup_field that mean not found';
 
 INSERT INTO notif_provider (name) VALUES ('default');
 
@@ -266,6 +301,25 @@ ALTER TABLE notif_provider
     ADD CONSTRAINT notif_provider_transport_check
     CHECK (notif_transport_check(url, headers, auth, credentials)) NOT VALID;
 
+/*
+ * (1.3) Asking the provider before retrying: a provider that answers
+ * "do you have message K?" lets an at_least_once retry after an ambiguous
+ * call be asked first.  lookup_url is the lookup's URL, its "{key}" the
+ * job's key kind:user_id:order_id, percent-encoded; lookup_method GET or
+ * HEAD; lookup_headers its headers (NULL: the provider's headers, which
+ * carry its credentials).  The answer is read by its status:
+ * lookup_found or lookup_not_found; with lookup_field (a field of the
+ * JSON answer, a dotted path for a nested one), a found status also needs
+ * the field's value in lookup_found_values, and a value in
+ * lookup_not_found_values means not found.  Anything else (a timeout, a
+ * 5xx, an answer that does not read) is no answer: the retry goes ahead.
+ * Docs: doc/reference.md, notif_provider.lookup_url.
+ */
+-- the lookup's credentials (its headers, else the provider's) never travel in clear
+ALTER TABLE notif_provider
+    ADD CONSTRAINT notif_provider_lookup_transport_check
+    CHECK (lookup_url IS NULL OR notif_transport_check(lookup_url, coalesce(lookup_headers, headers), NULL, NULL));
+
 
 /* ---------------------------------------------------------------------
  * 2. Notification types
@@ -369,7 +423,7 @@ CREATE TABLE notif_job (
     -- retried inside its provider's window; 'report': a delivery report
     -- came before the retry); NULL: it was not
     resolved_by text
-        CONSTRAINT notif_job_resolved_by_check CHECK (resolved_by IN ('dedup_window', 'report')),
+        CONSTRAINT notif_job_resolved_by_check CHECK (resolved_by IN ('dedup_window', 'report', 'lookup_found', 'lookup_not_found')),
     CONSTRAINT notif_job_key UNIQUE (user_id, kind, order_id)
 ) WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02,
         fillfactor = 40);
@@ -378,7 +432,7 @@ COMMENT ON TABLE notif_job IS 'notifications to deliver (the outbox), one row pe
 COMMENT ON COLUMN notif_job.earlier_tries IS 'tries made before the last notif_retry; attempts are numbered after them';
 COMMENT ON COLUMN notif_job.last_started_at IS 'when the job''s last call started (NULL: no call recorded since 1.2)';
 COMMENT ON COLUMN notif_job.last_ended_at IS 'when the job''s last call ended';
-COMMENT ON COLUMN notif_job.resolved_by IS 'how the last ambiguous call was resolved: dedup_window or report; NULL: not resolved';
+COMMENT ON COLUMN notif_job.resolved_by IS 'how the last ambiguous call was resolved: dedup_window, report, lookup_found or lookup_not_found; NULL: not resolved';
 
 -- notif_stats reads a window of recent jobs: a BRIN index costs next to
 -- nothing to keep (jobs arrive in time order) and spares a full scan
@@ -1389,7 +1443,9 @@ CREATE VIEW notif_resolved AS
 SELECT t.code AS kind,
        t.delivery,
        count(j.id) FILTER (WHERE j.resolved_by = 'dedup_window') AS resolved_dedup_window,
-       count(j.id) FILTER (WHERE j.resolved_by = 'report') AS resolved_report
+       count(j.id) FILTER (WHERE j.resolved_by = 'report') AS resolved_report,
+       count(j.id) FILTER (WHERE j.resolved_by = 'lookup_found') AS resolved_lookup_found,
+       count(j.id) FILTER (WHERE j.resolved_by = 'lookup_not_found') AS resolved_lookup_not_found
   FROM notif_type t
   LEFT JOIN notif_job j
     ON j.kind = t.code AND j.resolved_by IS NOT NULL

@@ -488,11 +488,14 @@ start(NotifCall *call)
 	if (call->body == NULL)
 	{
 		curl_easy_setopt(easy, CURLOPT_POSTFIELDS, NULL);
-		curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
+		curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);	/* and no longer HEAD */
 		curl_easy_setopt(easy, CURLOPT_READDATA, NULL);
+		if (call->head)
+			curl_easy_setopt(easy, CURLOPT_NOBODY, 1L);
 	}
 	else
 	{
+		curl_easy_setopt(easy, CURLOPT_NOBODY, 0L);
 		curl_easy_setopt(easy, CURLOPT_POST, 1L);
 		curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) call->body_len);
 		if (call->job.delivery == AT_MOST_ONCE)

@@ -36,6 +36,27 @@ typedef enum NotifFormat
 	FORMAT_APNS					/* APNs: POST /3/device/<token> */
 } NotifFormat;
 
+/*
+ * A provider's status lookup (notif_provider.lookup_*), asked before an
+ * at_least_once retry after an ambiguous call (sender/lookup.c).
+ */
+typedef struct NotifLookupConf
+{
+	char	   *url;			/* with "{key}" where the job's key goes */
+	bool		head;			/* HEAD, not GET */
+	struct curl_slist *headers; /* "Name: value"; secret */
+	int		   *found;			/* HTTP statuses meaning found */
+	int			n_found;
+	int		   *not_found;		/* ... not found */
+	int			n_not_found;
+	char	  **field;			/* the JSON answer's field, its path; or NULL */
+	int			field_depth;
+	char	  **found_values;	/* the field's values meaning found */
+	int			n_found_values;
+	char	  **not_found_values;	/* ... not found */
+	int			n_not_found_values;
+} NotifLookupConf;
+
 /* a provider, as read from notif_provider */
 typedef struct NotifProviderConf
 {
@@ -55,6 +76,7 @@ typedef struct NotifProviderConf
 	int			max_connections;	/* HTTP/2 connections per lane */
 	char	   *ca_cert;		/* PEM CA certificates, or NULL */
 	int64		dedup_reach_ms; /* its dedup_window less its timeout; 0: none */
+	NotifLookupConf *lookup;	/* its status lookup, or NULL */
 	int			throttle;		/* its throttle handle (throttle.c) */
 } NotifProviderConf;
 
@@ -79,6 +101,7 @@ typedef struct NotifJobRef
 	TimestampTz deadline_at;	/* 0: none */
 	NotifRetryPolicy policy;	/* its type's */
 	NotifDedup	dedup;			/* its provider's deduplication window */
+	NotifLookup lookup;			/* what the status lookup said before this call */
 } NotifJobRef;
 
 /* one provider call, from claim to recorded result */
@@ -117,6 +140,8 @@ struct NotifCall
 	 */
 	void		(*read_answer) (NotifCall *call);
 	bool		headers_secret; /* wiped when freed: they carry a token */
+	bool		head;			/* a HEAD request (a status lookup) */
+	char	   *lookup_url;		/* ask this status lookup before the call */
 	void	   *on_done_arg;
 	int			pool;			/* http.c's connection pool, while in flight */
 

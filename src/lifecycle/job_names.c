@@ -49,6 +49,7 @@ static const NameOf condition_names[] = {
 	{COND_DEDUP_RETRY_EXHAUSTED, "a retry made for the window, no try left"},
 	{COND_DEDUP_RETRY_LATE, "a retry made for the window, deadline passed"},
 	{COND_REPORTED, "a report said delivered during the call"},
+	{COND_LOOKUP_FOUND, "the provider's status lookup found it"},
 };
 static const NameOf tries_names[] = {
 	{TRIES_KEPT, ""}, {TRIES_COUNTED, "+1"}, {TRIES_UNCOUNTED, "-1"}, {TRIES_FRESH, "fresh"},
@@ -188,6 +189,10 @@ notif_resolution_name(NotifResolution resolution)
 			return "dedup_window";
 		case RESOLUTION_REPORT:
 			return "report";
+		case RESOLUTION_LOOKUP_FOUND:
+			return "lookup_found";
+		case RESOLUTION_LOOKUP_NOT_FOUND:
+			return "lookup_not_found";
 		default:
 			return NULL;
 	}

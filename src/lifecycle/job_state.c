@@ -88,6 +88,8 @@ static const NotifTransitionRow transitions[] = {
 	EXPIRED, false, TRIES_UNCOUNTED, false, "deadline passed before the attempt could start"},
 
 	/* an at_least_once call ended: the job is 'sending' */
+	{"alo_lookup_found", EVENT_CALL_ENDED, ALO, SENDING, OUTCOME_ACCEPTED, COND_LOOKUP_FOUND,
+	SENT, false, TRIES_KEPT, false, "the provider's status lookup found it: not sent again"},
 	{"alo_accepted", EVENT_CALL_ENDED, ALO, SENDING, OUTCOME_ACCEPTED, COND_ALWAYS,
 	SENT, false, TRIES_KEPT, false, NULL},
 	{"alo_rejected", EVENT_CALL_ENDED, ALO, SENDING, OUTCOME_REJECTED, COND_ALWAYS,
@@ -285,6 +287,8 @@ condition_holds(NotifCondition when, const NotifFacts *f)
 			return f->dedup_retry && f->deadline_passed;
 		case COND_REPORTED:
 			return f->reported;
+		case COND_LOOKUP_FOUND:
+			return f->lookup_found;
 	}
 	return false;
 }
@@ -410,7 +414,7 @@ NotifTransition
 notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 				 int tries, const NotifRetryPolicy *policy, TimestampTz now,
 				 TimestampTz deadline_at, int64 retry_after_ms, const NotifDedup *dedup,
-				 bool reported)
+				 bool reported, NotifLookup lookup)
 {
 	NotifTransition t = {0};
 	NotifFacts	facts = {0};
@@ -428,6 +432,7 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 	facts.dedup_retry = dedup->retry;
 	facts.reported = reported;
 	facts.report_wait = policy->resolve_wait_ms > 0;
+	facts.lookup_found = lookup == LOOKUP_FOUND;
 
 	t.row = notif_find_transition(event, delivery,
 								  (NotifStatus) notif_claim_row(delivery, false)->to,
@@ -456,9 +461,13 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 		t.resolution = RESOLUTION_DEDUP_WINDOW;
 	else if (t.row->when == COND_REPORTED)
 		t.resolution = RESOLUTION_REPORT;
+	else if (t.row->when == COND_LOOKUP_FOUND)
+		t.resolution = RESOLUTION_LOOKUP_FOUND;
 	else if (outcome == OUTCOME_UNKNOWN || t.row->when == COND_DEDUP_WINDOW_PASSED ||
 			 t.row->when == COND_DEDUP_RETRY || t.row->when == COND_DEDUP_RETRY_EXHAUSTED)
 		t.resolution = RESOLUTION_NONE;
+	else if (lookup == LOOKUP_NOT_FOUND)
+		t.resolution = RESOLUTION_LOOKUP_NOT_FOUND; /* the retry was no copy */
 	else
 		t.resolution = RESOLUTION_KEPT;
 

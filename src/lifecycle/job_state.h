@@ -81,8 +81,10 @@ typedef enum NotifCondition
 								 * deadline passed */
 	COND_REPORTED,				/* a delivery report of the job, delivered,
 								 * came before the call ended */
-	COND_REPORT_WAIT			/* the type waits for a delivery report
+	COND_REPORT_WAIT,			/* the type waits for a delivery report
 								 * before it retries (resolve_wait) */
+	COND_LOOKUP_FOUND			/* asked before the retry, the provider's
+								 * status lookup said it has the message */
 } NotifCondition;
 
 /*
@@ -98,8 +100,23 @@ typedef enum NotifResolution
 	RESOLUTION_KEPT,
 	RESOLUTION_NONE,			/* NULL: unresolved */
 	RESOLUTION_DEDUP_WINDOW,	/* 'dedup_window' */
-	RESOLUTION_REPORT			/* 'report': a delivery report came first */
+	RESOLUTION_REPORT,			/* 'report': a delivery report came first */
+	RESOLUTION_LOOKUP_FOUND,	/* 'lookup_found': the provider has it */
+	RESOLUTION_LOOKUP_NOT_FOUND /* 'lookup_not_found': it has not; the
+								 * retry that followed was no copy */
 } NotifResolution;
+
+/*
+ * What the provider's status lookup, asked before an at_least_once retry
+ * after an ambiguous call (sender/lookup.c), said.
+ */
+typedef enum NotifLookup
+{
+	LOOKUP_NONE,				/* not asked */
+	LOOKUP_FOUND,				/* it has the message: no retry */
+	LOOKUP_NOT_FOUND,			/* it has not: the retry goes ahead */
+	LOOKUP_UNANSWERED			/* no answer to rely on: the retry goes ahead */
+} NotifLookup;
 
 /* what the tries become */
 typedef enum NotifTries
@@ -141,6 +158,7 @@ typedef struct NotifFacts
 	bool		dedup_retry;
 	bool		report_wait;
 	bool		reported;
+	bool		lookup_found;
 } NotifFacts;
 
 /*
@@ -252,6 +270,7 @@ extern NotifTransition notif_after_call(NotifEvent event, NotifDelivery delivery
 										TimestampTz deadline_at,	/* 0: none */
 										int64 retry_after_ms,
 										const NotifDedup *dedup,
-										bool reported);	/* COND_REPORTED */
+										bool reported,	/* COND_REPORTED */
+										NotifLookup lookup);
 
 #endif							/* NOTIF_JOB_STATE_H */

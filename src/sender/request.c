@@ -33,8 +33,8 @@
 #include "sender/request.h"
 
 /* percent-encode everything but RFC 3986 unreserved characters */
-static void
-append_urlencoded(StringInfo buf, const char *s, size_t len)
+void
+notif_append_urlencoded(StringInfo buf, const char *s, size_t len)
 {
 	static const char hex[] = "0123456789ABCDEF";
 	size_t		i;
@@ -62,14 +62,14 @@ append_value(StringInfo buf, JsonbValue *v)
 	switch (v->type)
 	{
 		case jbvString:
-			append_urlencoded(buf, v->val.string.val, v->val.string.len);
+			notif_append_urlencoded(buf, v->val.string.val, v->val.string.len);
 			break;
 		case jbvNumeric:
 			{
 				char	   *s = DatumGetCString(DirectFunctionCall1(numeric_out,
 																	NumericGetDatum(v->val.numeric)));
 
-				append_urlencoded(buf, s, strlen(s));
+				notif_append_urlencoded(buf, s, strlen(s));
 				break;
 			}
 		case jbvBool:
@@ -81,7 +81,7 @@ append_value(StringInfo buf, JsonbValue *v)
 			{
 				char	   *s = JsonbToCString(NULL, v->val.binary.data, v->val.binary.len);
 
-				append_urlencoded(buf, s, strlen(s));
+				notif_append_urlencoded(buf, s, strlen(s));
 				break;
 			}
 		default:
@@ -105,7 +105,7 @@ append_pairs(StringInfo buf, Jsonb *payload)
 			if (!first)
 				appendStringInfoChar(buf, '&');
 			first = false;
-			append_urlencoded(buf, v.val.string.val, v.val.string.len);
+			notif_append_urlencoded(buf, v.val.string.val, v.val.string.len);
 			appendStringInfoChar(buf, '=');
 		}
 		else if (tok == WJB_VALUE)

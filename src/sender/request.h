@@ -14,5 +14,6 @@
 extern void notif_build_request(NotifCall *call, const NotifProviderConf *provider,
 								const char *key, Jsonb *payload);
 extern CURLU *notif_url_parse(const NotifProviderConf *provider);
+extern void notif_append_urlencoded(StringInfo buf, const char *s, size_t len);
 
 #endif							/* NOTIF_REQUEST_H */

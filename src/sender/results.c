@@ -37,7 +37,8 @@ make_result(NotifResult *r, NotifEvent event, const NotifJobRef *job,
 	r->started_at = started_at;
 	r->ended_at = ended_at;
 	r->next = notif_after_call(event, job->delivery, outcome, job->tries, &job->policy,
-							   now, job->deadline_at, retry_after_ms, &job->dedup, reported);
+							   now, job->deadline_at, retry_after_ms, &job->dedup, reported,
+							   event == EVENT_CALL_ENDED ? job->lookup : LOOKUP_NONE);
 	r->error = r->next.row->note ? r->next.row->note : error;
 	if (r->next.status == STATUS_SENT && r->expected_status != STATUS_SENT)
 		r->sent_at = ended_at;	/* at_most_once's was set by its claim */

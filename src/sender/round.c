@@ -29,6 +29,7 @@
 #include "core/ha.h"
 #include "http/http.h"
 #include "push/push.h"
+#include "sender/lookup.h"
 #include "sender/request.h"
 #include "sender/sender.h"
 #include "sender/throttle.h"
@@ -46,6 +47,14 @@ free_config(MemoryContext cxt, NotifTypeConf *t, int n)
 			curl_slist_free_all(t[i].provider.headers);
 		if (t[i].provider.curlu)
 			curl_url_cleanup(t[i].provider.curlu);
+		if (t[i].provider.lookup && t[i].provider.lookup->headers)
+		{
+			struct curl_slist *h;
+
+			for (h = t[i].provider.lookup->headers; h; h = h->next)
+				explicit_bzero(h->data, strlen(h->data));
+			curl_slist_free_all(t[i].provider.lookup->headers);
+		}
 	}
 	MemoryContextDelete(cxt);
 }
@@ -106,45 +115,6 @@ reload_config(void)
 	sender.need_recovery = true;
 }
 
-static NotifCall *
-new_call(NotifTypeConf *type, NotifClaimedJob *job)
-{
-	MemoryContext cxt = AllocSetContextCreate(sender.calls_cxt, "notif_deliver call",
-											  ALLOCSET_SMALL_SIZES);
-	MemoryContext old = MemoryContextSwitchTo(cxt);
-	NotifCall  *call = palloc0(sizeof(NotifCall));
-	char	   *key;
-
-	call->cxt = cxt;
-	call->job.id = job->id;
-	call->job.tries = job->tries;
-	call->job.earlier_tries = job->earlier_tries;
-	call->job.delivery = type->delivery;
-	call->job.claimed_by = sender.incarnation;
-	call->job.deadline_at = job->deadline_at;
-	call->job.policy = type->policy;
-	if (type->provider.dedup_reach_ms > 0)
-		call->job.dedup.until = TimestampTzPlusMilliseconds(job->created_at,
-															type->provider.dedup_reach_ms);
-	else if (job->dedup_retry)
-		call->job.dedup.until = job->created_at;	/* no window now: passed */
-	call->job.dedup.retry = job->dedup_retry;
-	call->timeout_ms = type->provider.timeout_ms;
-	call->connect_timeout_ms = type->provider.connect_timeout_ms;
-	call->throttle = type->provider.throttle;
-	key = psprintf("%s:" INT64_FORMAT ":%s", type->code, job->user_id, job->order_id);
-	notif_build_request(call, &type->provider, key, job->payload);
-	MemoryContextSwitchTo(old);
-	return call;
-}
-
-static void
-free_call(NotifCall *call)
-{
-	notif_free_request(call);
-	MemoryContextDelete(call->cxt);
-}
-
 /*
  * Claim due jobs, type by type in priority order, within the lane's room
  * and each provider's limits.  The calls are started after the commit.
@@ -154,7 +124,7 @@ claim_jobs(void)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz next = TimestampTzPlusMilliseconds(now, notif_poll_interval_ms);
-	int			room = sender_max_inflight() - notif_http_inflight();
+	int			room = sender_max_inflight() - notif_http_inflight() - sender_lookups_asking();
 	bool		more = false;
 	int			i;
 	Snapshot	snapshot;
@@ -178,6 +148,8 @@ claim_jobs(void)
 		int			granted,
 					n,
 					j;
+		NotifCall **asking;
+		int			n_asking;
 
 		if (type->provider.url == NULL)
 			continue;			/* not configured: its jobs wait */
@@ -212,19 +184,33 @@ claim_jobs(void)
 		sender.grant_left = granted;
 		n = notif_sql_claim(type->code, type->delivery, granted, sender.incarnation,
 							snapshot, sender.round_cxt, &jobs);
+		asking = MemoryContextAlloc(sender.round_cxt, sizeof(NotifCall *) * Max(n, 1));
+		n_asking = 0;
 		for (j = 0; j < n; j++)
 		{
 			NotifCall  *call;
 
 			if (jobs[j].deadline_passed)
 				continue;		/* claim_late: expired, no call */
-			call = new_call(type, &jobs[j]);
+			call = sender_new_call(type, &jobs[j]);
+			if (call->lookup_url)
+				asking[n_asking++] = call;
 			dlist_push_tail(&sender.claimed, &call->node);
 			sender.grant_left--;
 			room--;
 		}
 		notif_throttle_release(sender.grant_slot, sender.grant_left, true);
 		sender.grant_left = 0;
+
+		/* a status lookup needs a grant of its own; without one, no lookup */
+		for (j = 0; j < n_asking; j++)
+		{
+			TimestampTz ignored;
+
+			if (notif_throttle_acquire(type->provider.throttle, &type->provider,
+									   sender.lane_senders, 1, now, &ignored) == 0)
+				asking[j]->lookup_url = NULL;
+		}
 
 		if (n == granted)
 		{
@@ -252,102 +238,6 @@ claim_jobs(void)
 	sender.claim_at = more ? 0 : next;
 }
 
-/* A claimed call that never started: record it with this outcome. */
-static void
-never_started(NotifCall *call, NotifOutcome outcome)
-{
-	call->outcome = outcome;
-	call->started_at = call->ended_at = GetCurrentTimestamp();
-	notif_throttle_release(call->throttle, 1, false);
-	dlist_push_tail(&sender.finished, &call->node);
-}
-
-/* The claimed calls, once their claim has committed. */
-static void
-start_claimed(void)
-{
-	dlist_mutable_iter iter;
-
-	dlist_foreach_modify(iter, &sender.claimed)
-	{
-		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
-
-		dlist_delete(&call->node);
-		if (!notif_call_may_start(call->job.delivery, call->job.deadline_at, &call->job.dedup,
-								  GetCurrentTimestamp()))
-			never_started(call, OUTCOME_NOT_STARTED);
-		else if (call->refused)
-		{
-			call->error = call->refused;	/* its provider cannot take it: no call */
-			never_started(call, OUTCOME_REJECTED);
-		}
-		else if (!notif_http_start(call))
-			never_started(call, OUTCOME_UNREACHED); /* nothing was sent */
-		else
-			pg_atomic_fetch_add_u32(&sender.slot->inflight, 1);
-	}
-}
-
-/* Take the calls libcurl finished; account for them. */
-static void
-collect_finished(void)
-{
-	NotifCall  *call;
-	int			sent = 0;
-
-	while ((call = notif_http_next_done()) != NULL)
-	{
-		if (notif_ends_sent(call->job.delivery, call->outcome))
-			sent++;
-		notif_throttle_release(call->throttle, 1, false);
-		if (call->http_status == 429 && call->retry_after_ms > 0 && !call->device_busy)
-			notif_throttle_pause(call->throttle,
-								 TimestampTzPlusMilliseconds(call->ended_at, call->retry_after_ms));
-		pg_atomic_fetch_sub_u32(&sender.slot->inflight, 1);
-		pg_atomic_fetch_add_u64(&sender.slot->sent, 1);
-		dlist_push_tail(&sender.finished, &call->node);
-	}
-	if (sent > 0)
-		notif_count_sent(sender.slot, sent);
-}
-
-/*
- * Let libcurl work, then take the calls it finished.  Always both: a call
- * that ends inside the drive (a fast provider answers while the batch is
- * still being sent) must be seen before the next wait, which knows nothing
- * of libcurl's finished calls and would otherwise sleep on sockets that
- * have nothing more to say.
- */
-void
-sender_drive_calls(bool sockets_ready)
-{
-	notif_http_drive(sockets_ready);
-	collect_finished();
-}
-
-static void
-discard_claimed(void)
-{
-	dlist_mutable_iter iter;
-
-	dlist_foreach_modify(iter, &sender.claimed)
-	{
-		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
-
-		dlist_delete(&call->node);
-		notif_throttle_release(call->throttle, 1, true);
-		free_call(call);
-	}
-}
-
-/* SIGTERM: drop the calls in flight and the claimed ones; they are recorded next round. */
-void
-sender_drop_calls(void)
-{
-	notif_http_abort_all("the sender stopped during the call (shutdown)");
-	collect_finished();
-	discard_claimed();
-}
 
 /*
  * An at_most_once claim must be durable before its call starts, on this
@@ -398,7 +288,7 @@ hold_back_claimed(void)
 		dlist_delete(&call->node);
 		call->error = MemoryContextStrdup(call->cxt,
 										  "not sent: the synchronous standby did not confirm the claim");
-		never_started(call, OUTCOME_UNREACHED);
+		sender_never_started(call, OUTCOME_UNREACHED);
 		n++;
 	}
 	if (n > 0)
@@ -465,7 +355,7 @@ let_recorded_go(const bool *passed)
 														   SENDER_LOCKED_RESULT_WAIT_MS);
 		}
 		else
-			free_call(call);
+			sender_free_call(call);
 	}
 }
 
@@ -535,7 +425,7 @@ sender_round(bool want_claim)
 
 	if (!confirmed)
 		hold_back_claimed();
-	start_claimed();
+	sender_start_claimed();
 	sender_drive_calls(false);
 	sender.n_errors = 0;
 	if (sender.last_error)
@@ -568,7 +458,7 @@ sender_round_failed(void)
 	edata = CopyErrorData();
 	FlushErrorState();
 	AbortCurrentTransaction();
-	discard_claimed();
+	sender_discard_claimed();
 	notif_throttle_release(sender.grant_slot, sender.grant_left, true);
 	sender.grant_left = 0;
 	sender.config_stale = true;

@@ -135,6 +135,15 @@ extern void sender_round_failed(void);
 extern void sender_drive_calls(bool sockets_ready);
 extern void sender_drop_calls(void);
 
+/* sender/calls.c */
+struct NotifClaimedJob;
+extern NotifCall *sender_new_call(NotifTypeConf *type, struct NotifClaimedJob *job);
+extern void sender_free_call(NotifCall *call);
+extern void sender_never_started(NotifCall *call, NotifOutcome outcome);
+extern void sender_start_claimed(void);
+extern void sender_collect_finished(void);
+extern void sender_discard_claimed(void);
+
 /* sender/batch.c */
 extern TimestampTz sender_record_due(bool woken);
 

@@ -47,6 +47,7 @@ notif_claimed_from_rows(MemoryContext cxt, NotifClaimedJob **out)
 		j->earlier_tries = spi_col_int(i, 8);
 		j->created_at = spi_col_timestamptz(i, 9);
 		j->dedup_retry = DatumGetBool(spi_col(i, 10, &isnull));
+		j->after_unknown = DatumGetBool(spi_col(i, 11, &isnull));
 	}
 	*out = jobs;
 	return (int) SPI_processed;

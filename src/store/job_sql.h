@@ -25,6 +25,7 @@ typedef struct NotifClaimedJob
 	int			earlier_tries;	/* before the last re-drive */
 	TimestampTz created_at;
 	bool		dedup_retry;	/* queued again for its provider's window */
+	bool		after_unknown;	/* its last call's outcome is unknown */
 } NotifClaimedJob;
 
 /* a job held by a sender that is gone */

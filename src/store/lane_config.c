@@ -40,6 +40,59 @@ headers_from_jsonb(Jsonb *jb)
 	return list;
 }
 
+/* a column of int8[] as ints, allocated in cxt */
+static int *
+ints_of(int row, int c, MemoryContext cxt, int *n)
+{
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+	int64	   *v = spi_col_int8_array(row, c, n);
+	int		   *out = palloc(sizeof(int) * Max(*n, 1));
+	int			i;
+
+	for (i = 0; i < *n; i++)
+		out[i] = (int) v[i];
+	MemoryContextSwitchTo(old);
+	return out;
+}
+
+/*
+ * The provider's status lookup (columns 23 to 30), allocated in cxt; NULL
+ * when it has none.
+ */
+static NotifLookupConf *
+lookup_from_row(int row, MemoryContext cxt)
+{
+	NotifLookupConf *l;
+	char	   *url = spi_col_text(row, 23, cxt);
+	char	   *field;
+	bool		isnull;
+	Datum		d;
+
+	if (url == NULL)
+		return NULL;
+	l = MemoryContextAllocZero(cxt, sizeof(NotifLookupConf));
+	l->url = url;
+	l->head = strcmp(spi_col_text(row, 24, cxt), "HEAD") == 0;
+	d = spi_col(row, 25, &isnull);
+	l->headers = isnull ? NULL : headers_from_jsonb(DatumGetJsonbP(d));
+	l->found = ints_of(row, 26, cxt, &l->n_found);
+	l->not_found = ints_of(row, 27, cxt, &l->n_not_found);
+	field = spi_col_text(row, 28, cxt);
+	if (field)
+	{
+		/* a dotted path: each step a key (the CHECK refuses empty steps) */
+		char	   *step;
+		char	   *save = NULL;
+
+		l->field = MemoryContextAlloc(cxt, sizeof(char *) * (strlen(field) / 2 + 1));
+		for (step = strtok_r(field, ".", &save); step; step = strtok_r(NULL, ".", &save))
+			l->field[l->field_depth++] = step;
+	}
+	l->found_values = spi_col_text_array(row, 29, cxt, &l->n_found_values);
+	l->not_found_values = spi_col_text_array(row, 30, cxt, &l->n_not_found_values);
+	return l;
+}
+
 /*
  * The result of the lane-types statement just run (SPI_tuptable), one
  * NotifTypeConf per row, allocated in cxt; returns how many.
@@ -91,6 +144,7 @@ notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out)
 		t->provider.dedup_reach_ms = spi_col_int(i, 21);
 		t->policy.resolve_wait_ms = spi_col_int(i, 22);
 		t->policy.call_timeout_ms = t->provider.timeout_ms;
+		t->provider.lookup = lookup_from_row(i, cxt);
 	}
 	*out = types;
 	return (int) SPI_processed;

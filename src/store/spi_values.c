@@ -99,3 +99,26 @@ spi_col_int8_array(int row, int c, int *n)
 		out[i] = DatumGetInt64(elems[i]);
 	return out;
 }
+
+/* A text[] column's elements (no NULLs, by CHECK), allocated in cxt; NULL for NULL. */
+char	  **
+spi_col_text_array(int row, int c, MemoryContext cxt, int *n)
+{
+	bool		isnull;
+	Datum		d = spi_col(row, c, &isnull);
+	Datum	   *elems;
+	bool	   *nulls;
+	char	  **out;
+	int			i;
+
+	*n = 0;
+	if (isnull)
+		return NULL;
+	deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false, TYPALIGN_INT,
+					  &elems, &nulls, n);
+	out = MemoryContextAlloc(cxt, sizeof(char *) * Max(*n, 1));
+	for (i = 0; i < *n; i++)
+		out[i] = nulls[i] ? MemoryContextStrdup(cxt, "") :
+			MemoryContextStrdup(cxt, TextDatumGetCString(elems[i]));
+	return out;
+}

@@ -16,5 +16,6 @@ extern int64 spi_col_int(int row, int c);		/* 0 for NULL; int4 or int8 */
 extern TimestampTz spi_col_timestamptz(int row, int c);	/* 0 for NULL */
 extern Datum spi_array_of(Datum *elems, bool *nulls, int n, Oid elemtype);
 extern int64 *spi_col_int8_array(int row, int c, int *n);
+extern char **spi_col_text_array(int row, int c, MemoryContext cxt, int *n);
 
 #endif

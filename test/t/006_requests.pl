@@ -105,6 +105,27 @@ is($node->safe_psql('postgres', q{SELECT dedup_window FROM notif_provider WHERE 
 is($node->safe_psql('postgres', q{SELECT resolve_wait FROM notif_type WHERE code = 'otp'}),
 	'00:00:05', 'doc report wait: the type takes it');
 
+# the variation for a provider with a status lookup (1.3), pointed at the
+# simulator's GET /status/<key>; the first call of the job is delivered but
+# times out, and its retry is asked about first: found, no second copy
+(my $lookup = doc_sql('doc/providers.md', 'status-lookup'))
+	=~ s{https://api\.sms\.example\.com/v1/messages/\{key\}}{$base/status/{key}} or die;
+$node->safe_psql('postgres', $lookup);
+$node->safe_psql('postgres', q{
+	UPDATE notif_provider SET timeout = '600 ms',
+	       headers = headers || '{"X-Sim-Fault": "timeout_delivered", "X-Sim-Fail-First": "1"}'
+	 WHERE name = 'sms_api'});
+my $asked = $node->safe_psql('postgres', q{SELECT notif_enqueue(812, 'otp', 'login-9', '{"to": "+84901234567", "text": "x"}')});
+ok(wait_until($node, "SELECT status = 'sent' AND claimed_by IS NULL FROM notif_job WHERE id = $asked"),
+	'doc status lookup: sent');
+is($node->safe_psql('postgres', "SELECT outcome || ' ' || resolved_by FROM notif_job WHERE id = $asked"),
+	'accepted lookup_found', 'doc status lookup: the lookup found it ("status": "delivered")');
+is((split / /, ledger_key($sim, 'otp:812:login-9'))[0], 1, 'doc status lookup: no second copy');
+$node->safe_psql('postgres', q{
+	UPDATE notif_provider SET headers = headers - 'X-Sim-Fault' - 'X-Sim-Fail-First', lookup_url = NULL,
+	       lookup_field = NULL, lookup_found_values = NULL, lookup_not_found_values = NULL
+	 WHERE name = 'sms_api'});
+
 # --- redirects are not followed ---
 set_provider($node, 'moved', "$base/send", headers => q('{"X-Sim-Fault": "302"}'),
 	idempotency_header => q('Idempotency-Key'));

@@ -1,0 +1,240 @@
+/*-------------------------------------------------------------------------
+ *
+ * sender/calls.c
+ *      A lane sender's calls, from claim to result: each built from its
+ *      claimed job (sender_new_call), started once its claim has committed
+ *      (after the provider's status lookup, when it asks one: lookup.c),
+ *      taken back from the transport when it ends, and dropped at shutdown.
+ *      Each holds one grant of its provider's throttle until then.  The
+ *      round (round.c) records what they did.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "postmaster/interrupt.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "http/http.h"
+#include "sender/lookup.h"
+#include "sender/request.h"
+#include "sender/sender.h"
+#include "sender/throttle.h"
+#include "store/job_sql.h"
+
+NotifCall *
+sender_new_call(NotifTypeConf *type, NotifClaimedJob *job)
+{
+	MemoryContext cxt = AllocSetContextCreate(sender.calls_cxt, "notif_deliver call",
+											  ALLOCSET_SMALL_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+	NotifCall  *call = palloc0(sizeof(NotifCall));
+	char	   *key;
+
+	call->cxt = cxt;
+	call->job.id = job->id;
+	call->job.tries = job->tries;
+	call->job.earlier_tries = job->earlier_tries;
+	call->job.delivery = type->delivery;
+	call->job.claimed_by = sender.incarnation;
+	call->job.deadline_at = job->deadline_at;
+	call->job.policy = type->policy;
+	if (type->provider.dedup_reach_ms > 0)
+		call->job.dedup.until = TimestampTzPlusMilliseconds(job->created_at,
+															type->provider.dedup_reach_ms);
+	else if (job->dedup_retry)
+		call->job.dedup.until = job->created_at;	/* no window now: passed */
+	call->job.dedup.retry = job->dedup_retry;
+	call->timeout_ms = type->provider.timeout_ms;
+	call->connect_timeout_ms = type->provider.connect_timeout_ms;
+	call->throttle = type->provider.throttle;
+	key = psprintf("%s:" INT64_FORMAT ":%s", type->code, job->user_id, job->order_id);
+	notif_build_request(call, &type->provider, key, job->payload);
+	/* a retry after an unknown outcome: ask the provider first (lookup.c) */
+	if (job->after_unknown && type->delivery == AT_LEAST_ONCE && type->provider.lookup)
+		call->lookup_url = sender_lookup_url(type->provider.lookup, key);
+	MemoryContextSwitchTo(old);
+	return call;
+}
+
+void
+sender_free_call(NotifCall *call)
+{
+	notif_free_request(call);
+	MemoryContextDelete(call->cxt);
+}
+
+
+/* A claimed call that never started: record it with this outcome. */
+void
+sender_never_started(NotifCall *call, NotifOutcome outcome)
+{
+	call->outcome = outcome;
+	call->started_at = call->ended_at = GetCurrentTimestamp();
+	notif_throttle_release(call->throttle, 1, false);
+	dlist_push_tail(&sender.finished, &call->node);
+}
+
+/*
+ * The claimed calls, once their claim has committed.  A call with a status
+ * lookup to ask (lookup.c) starts that instead, holding the lookup's grant
+ * too; a call that does not ask gives that grant back.
+ */
+void
+sender_start_claimed(void)
+{
+	dlist_mutable_iter iter;
+
+	dlist_foreach_modify(iter, &sender.claimed)
+	{
+		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
+		TimestampTz now = GetCurrentTimestamp();
+
+		dlist_delete(&call->node);
+		if (call->lookup_url && notif_call_may_start(call->job.delivery, call->job.deadline_at,
+													 &call->job.dedup, now) &&
+			sender_lookup_start(call, now))
+		{
+			pg_atomic_fetch_add_u32(&sender.slot->inflight, 1);	/* asked first */
+			continue;
+		}
+		if (call->lookup_url)
+		{
+			notif_throttle_release(call->throttle, 1, true);	/* the lookup's */
+			call->lookup_url = NULL;
+		}
+		if (!notif_call_may_start(call->job.delivery, call->job.deadline_at, &call->job.dedup, now))
+			sender_never_started(call, OUTCOME_NOT_STARTED);
+		else if (call->refused)
+		{
+			call->error = call->refused;	/* its provider cannot take it: no call */
+			sender_never_started(call, OUTCOME_REJECTED);
+		}
+		else if (!notif_http_start(call))
+			sender_never_started(call, OUTCOME_UNREACHED); /* nothing was sent */
+		else
+			pg_atomic_fetch_add_u32(&sender.slot->inflight, 1);
+	}
+}
+
+/*
+ * The calls whose status lookup ended (lookup.c), each holding two grants:
+ * the lookup's goes back.  Found: the job's call is not made, the job ends
+ * as accepted (alo_lookup_found).  Otherwise the call starts now, if it
+ * still may.
+ */
+static int
+go_on_after_lookups(void)
+{
+	NotifCall  *call;
+	int			found = 0;
+
+	while ((call = sender_lookup_next_answered()) != NULL)
+	{
+		notif_throttle_release(call->throttle, 1, false);
+		call->lookup_url = NULL;
+		if (call->job.lookup == LOOKUP_FOUND)
+		{
+			call->outcome = OUTCOME_ACCEPTED;
+			found++;
+		}
+		else if (!notif_call_may_start(call->job.delivery, call->job.deadline_at, &call->job.dedup,
+									   GetCurrentTimestamp()))
+			call->outcome = OUTCOME_NOT_STARTED;
+		else if (call->refused)
+		{
+			call->error = call->refused;	/* its provider cannot take it: no call */
+			call->outcome = OUTCOME_REJECTED;
+		}
+		else if (notif_http_start(call))
+			continue;			/* in flight, still counted */
+		else
+			call->outcome = OUTCOME_UNREACHED;	/* nothing was sent */
+		if (call->outcome != OUTCOME_ACCEPTED)
+			call->started_at = call->ended_at = GetCurrentTimestamp();
+		notif_throttle_release(call->throttle, 1, false);
+		pg_atomic_fetch_sub_u32(&sender.slot->inflight, 1);
+		dlist_push_tail(&sender.finished, &call->node);
+	}
+	return found;
+}
+
+/* Take the calls libcurl finished; account for them. */
+void
+sender_collect_finished(void)
+{
+	NotifCall  *call;
+	int			sent = go_on_after_lookups();
+
+	while ((call = notif_http_next_done()) != NULL)
+	{
+		if (notif_ends_sent(call->job.delivery, call->outcome))
+			sent++;
+		notif_throttle_release(call->throttle, 1, false);
+		if (call->http_status == 429 && call->retry_after_ms > 0 && !call->device_busy)
+			notif_throttle_pause(call->throttle,
+								 TimestampTzPlusMilliseconds(call->ended_at, call->retry_after_ms));
+		pg_atomic_fetch_sub_u32(&sender.slot->inflight, 1);
+		pg_atomic_fetch_add_u64(&sender.slot->sent, 1);
+		dlist_push_tail(&sender.finished, &call->node);
+	}
+	if (sent > 0)
+		notif_count_sent(sender.slot, sent);
+}
+
+/*
+ * Let libcurl work, then take the calls it finished.  Always both: a call
+ * that ends inside the drive (a fast provider answers while the batch is
+ * still being sent) must be seen before the next wait, which knows nothing
+ * of libcurl's finished calls and would otherwise sleep on sockets that
+ * have nothing more to say.
+ */
+void
+sender_drive_calls(bool sockets_ready)
+{
+	notif_http_drive(sockets_ready);
+	sender_collect_finished();
+}
+
+void
+sender_discard_claimed(void)
+{
+	dlist_mutable_iter iter;
+
+	dlist_foreach_modify(iter, &sender.claimed)
+	{
+		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
+
+		dlist_delete(&call->node);
+		notif_throttle_release(call->throttle, call->lookup_url ? 2 : 1, true);
+		sender_free_call(call);
+	}
+}
+
+/*
+ * SIGTERM: the calls whose lookup ended are dropped like the claimed ones,
+ * their jobs left to the recovery of a stopped sender's (lost_retry).
+ */
+static void
+discard_answered(void)
+{
+	NotifCall  *call;
+
+	while ((call = sender_lookup_next_answered()) != NULL)
+	{
+		notif_throttle_release(call->throttle, 2, false);
+		pg_atomic_fetch_sub_u32(&sender.slot->inflight, 1);
+		sender_free_call(call);
+	}
+}
+
+/* SIGTERM: drop the calls in flight and the claimed ones; they are recorded next round. */
+void
+sender_drop_calls(void)
+{
+	notif_http_abort_all("the sender stopped during the call (shutdown)");
+	discard_answered();
+	sender_collect_finished();
+	sender_discard_claimed();
+}

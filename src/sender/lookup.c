@@ -1,0 +1,252 @@
+/*-------------------------------------------------------------------------
+ *
+ * sender/lookup.c
+ *      Asking the provider before an at_least_once retry: "do you have
+ *      message K?" (notif_provider.lookup_*).
+ *
+ * A claimed at_least_once job whose last call ended unknown, of a provider
+ * with a status lookup, gets its lookup started instead of its call: one
+ * more transfer of the sender's loop, on the provider's connections; the
+ * job's call waits for it meanwhile, and nothing else does.  What the
+ * answer says goes to the job (NotifJobRef.lookup), and the round
+ * (sender/round.c) goes on from there: found, the call is not made and the
+ * job ends as the lifecycle's row alo_lookup_found says; not found, or no
+ * answer to rely on (a timeout, a refusal, a 5xx, an answer that does not
+ * read), the call starts as it would have without the lookup.
+ *
+ * A lookup holds a grant of its provider's limits of its own (max_inflight
+ * and rate_limit), taken at the claim (round.c: without room for it, the
+ * retry goes ahead unasked).  Its timeout is the provider's, cut to the
+ * job's deadline.  Its headers carry the provider's credentials: wiped when
+ * freed, never logged; its answer is read, never kept.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/numeric.h"
+#include "utils/timestamp.h"
+
+#include "http/http.h"
+#include "push/push.h"
+#include "sender/lookup.h"
+#include "sender/request.h"
+#include "sender/sender.h"
+
+/* the job calls waiting for their lookup, and those whose lookup ended */
+static dlist_head asking = DLIST_STATIC_INIT(asking);
+static dlist_head answered = DLIST_STATIC_INIT(answered);
+static int	n_asking = 0;
+
+/* The lookup's URL: the template with each "{key}" the key, percent-encoded. */
+char *
+sender_lookup_url(const NotifLookupConf *lookup, const char *key)
+{
+	StringInfoData buf;
+	const char *s = lookup->url;
+	const char *at;
+
+	initStringInfo(&buf);
+	while ((at = strstr(s, "{key}")) != NULL)
+	{
+		appendBinaryStringInfo(&buf, s, at - s);
+		notif_append_urlencoded(&buf, key, strlen(key));
+		s = at + strlen("{key}");
+	}
+	appendStringInfoString(&buf, s);
+	return buf.data;
+}
+
+static bool
+status_in(long status, const int *list, int n)
+{
+	int			i;
+
+	for (i = 0; i < n; i++)
+		if (list[i] == status)
+			return true;
+	return false;
+}
+
+static bool
+text_in(const char *s, char **list, int n)
+{
+	int			i;
+
+	for (i = 0; i < n; i++)
+		if (strcmp(list[i], s) == 0)
+			return true;
+	return false;
+}
+
+/* The value at the lookup's field path, as text; NULL when absent or not a scalar. */
+static char *
+field_text(Jsonb *jb, const NotifLookupConf *lookup)
+{
+	JsonbContainer *c = &jb->root;
+	JsonbValue	v;
+	int			i;
+
+	for (i = 0; i < lookup->field_depth; i++)
+	{
+		const char *key = lookup->field[i];
+
+		if (!JsonContainerIsObject(c) ||
+			getKeyJsonValueFromContainer(c, key, strlen(key), &v) == NULL)
+			return NULL;
+		if (i < lookup->field_depth - 1)
+		{
+			if (v.type != jbvBinary)
+				return NULL;
+			c = v.val.binary.data;
+		}
+	}
+	switch (v.type)
+	{
+		case jbvString:
+			return pnstrdup(v.val.string.val, v.val.string.len);
+		case jbvNumeric:
+			return DatumGetCString(DirectFunctionCall1(numeric_out,
+													   NumericGetDatum(v.val.numeric)));
+		case jbvBool:
+			return pstrdup(v.val.boolean ? "true" : "false");
+		default:
+			return NULL;
+	}
+}
+
+/*
+ * What an ended lookup says, by its provider's rules: a not-found status,
+ * or a found one (with the field's value, when the provider has a field,
+ * among the found or the not-found values).  Anything else is no answer.
+ */
+NotifLookup
+sender_lookup_read(const NotifLookupConf *lookup, const NotifCall *look)
+{
+	Jsonb	   *jb;
+	char	   *value;
+
+	if (look->error != NULL || look->http_status == 0)
+		return LOOKUP_UNANSWERED;	/* the transfer failed */
+	if (status_in(look->http_status, lookup->not_found, lookup->n_not_found))
+		return LOOKUP_NOT_FOUND;
+	if (!status_in(look->http_status, lookup->found, lookup->n_found))
+		return LOOKUP_UNANSWERED;
+	if (lookup->field_depth == 0)
+		return LOOKUP_FOUND;
+	if (look->answer == NULL || look->answer->len == 0 ||
+		(jb = notif_parse_json(look->answer->data)) == NULL ||
+		(value = field_text(jb, lookup)) == NULL)
+		return LOOKUP_UNANSWERED;
+	if (text_in(value, lookup->found_values, lookup->n_found_values))
+		return LOOKUP_FOUND;
+	if (text_in(value, lookup->not_found_values, lookup->n_not_found_values))
+		return LOOKUP_NOT_FOUND;
+	return LOOKUP_UNANSWERED;
+}
+
+/* A lookup ended (or was dropped): its job's call goes to "answered". */
+static void
+lookup_done(NotifCall *look)
+{
+	NotifCall  *call = (NotifCall *) look->on_done_arg;
+	const NotifProviderConf *provider;
+
+	/* read by the provider's rules as they are now; none: no answer */
+	provider = notif_lane_provider(sender.types, sender.n_types, call->provider);
+	if (provider != NULL && provider->lookup != NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(look->cxt);
+
+		call->job.lookup = sender_lookup_read(provider->lookup, look);
+		MemoryContextSwitchTo(old);
+	}
+	else
+		call->job.lookup = LOOKUP_UNANSWERED;
+	call->http_status = look->http_status;
+	call->started_at = look->started_at;
+	call->ended_at = look->ended_at;
+	if (look->answer)
+		explicit_bzero(look->answer->data, look->answer->len);
+	MemoryContextDelete(look->cxt);
+
+	dlist_delete(&call->node);
+	n_asking--;
+	dlist_push_tail(&answered, &call->node);
+}
+
+/*
+ * Start the lookup of a claimed call (its lookup_url set) instead of the
+ * call; false when it could not start (the call then goes ahead unasked).
+ */
+bool
+sender_lookup_start(NotifCall *call, TimestampTz now)
+{
+	const NotifProviderConf *provider;
+	MemoryContext cxt;
+	MemoryContext old;
+	NotifCall  *look;
+	struct curl_slist *h;
+
+	provider = notif_lane_provider(sender.types, sender.n_types, call->provider);
+	if (provider == NULL || provider->lookup == NULL)
+		return false;
+
+	cxt = AllocSetContextCreate(call->cxt, "notif_deliver lookup", ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(cxt);
+	look = palloc0(sizeof(NotifCall));
+	look->cxt = cxt;
+	look->job = call->job;
+	look->timeout_ms = call->timeout_ms;
+	if (call->job.deadline_at != 0)
+	{
+		long		left = (long) ((call->job.deadline_at - now) / 1000);
+
+		look->timeout_ms = Max(1, Min(look->timeout_ms, left));
+	}
+	look->connect_timeout_ms = call->connect_timeout_ms;
+	look->throttle = -1;
+	look->url = call->lookup_url;
+	look->provider = call->provider;
+	look->format = call->format;
+	look->max_connections = call->max_connections;
+	look->ca_cert = call->ca_cert;
+	look->head = provider->lookup->head;
+	for (h = provider->lookup->headers; h; h = h->next)
+		look->headers = curl_slist_append(look->headers, h->data);
+	look->headers_secret = true;
+	look->on_done = lookup_done;
+	look->on_done_arg = call;
+	MemoryContextSwitchTo(old);
+
+	dlist_push_tail(&asking, &call->node);
+	n_asking++;
+	if (!notif_http_start_aux(look))
+	{
+		dlist_delete(&call->node);
+		n_asking--;
+		notif_free_request(look);
+		MemoryContextDelete(cxt);
+		return false;
+	}
+	return true;
+}
+
+/* The next call whose lookup ended, or NULL. */
+NotifCall *
+sender_lookup_next_answered(void)
+{
+	if (dlist_is_empty(&answered))
+		return NULL;
+	return dlist_container(NotifCall, node, dlist_pop_head_node(&answered));
+}
+
+/* Job calls waiting for their lookup (each holds two grants). */
+int
+sender_lookups_asking(void)
+{
+	return n_asking;
+}

@@ -1,0 +1,155 @@
+# 039_status_lookup.pl: asking the provider before an at_least_once retry
+# (notif_provider.lookup_*, src/sender/lookup.c).  The first call of each
+# job is held past the provider's timeout (X-Sim-Fail-First: 1): delivered
+# all the same (timeout_delivered) or not (timeout).  Before the retry the
+# sender asks the simulator's GET /status/<key>, backed by its ledger:
+#   found      the call is not made, the job ends sent, outcome accepted
+#              (alo_lookup_found), resolved_by lookup_found;
+#   not found  the retry goes ahead, resolved_by lookup_not_found;
+#   no answer  (an unreachable lookup, a value not among the found ones)
+#              the retry goes ahead as without a lookup: a duplicate when
+#              the first call had delivered.
+# at_most_once jobs and first calls are never asked about.  Checked in
+# notif_job, notif_attempt, notif_resolved and the simulator's ledger and
+# lookup counters; and the provider CHECKs on lookup_*.
+use strict;
+use warnings;
+use lib 'test';
+use NotifTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = new_node('status_lookup');
+my $sim = start_sim();
+my $status = "$sim->{url}";
+$status =~ s{/send$}{};
+$status .= '/status/{key}';
+
+# --- the CHECKs: bad settings are refused, naming their constraint ---
+set_provider($node, 'checks', $sim->{url});
+for my $bad (
+	[ q{lookup_url = 'http://127.0.0.1/status'}, 'notif_provider_lookup_url_check', 'a lookup_url without {key}' ],
+	[ q{lookup_url = 'ftp://127.0.0.1/{key}'}, 'notif_provider_lookup_url_check', 'a lookup_url not http(s)' ],
+	[ q{lookup_method = 'POST'}, 'notif_provider_lookup_method_check', 'a method other than GET or HEAD' ],
+	[ q{lookup_found = '{200}', lookup_not_found = '{200,404}'}, 'notif_provider_lookup_status_check',
+		'a status both found and not found' ],
+	[ q{lookup_found = '{}'}, 'notif_provider_lookup_status_check', 'no found status' ],
+	[ q{lookup_not_found = '{404,NULL}'}, 'notif_provider_lookup_status_check', 'a NULL status' ],
+	[ q{lookup_not_found = '{42}'}, 'notif_provider_lookup_status_check', 'a status that is not HTTP' ],
+	[ q{lookup_field = 'status'}, 'notif_provider_lookup_field_values_check', 'a field without found values' ],
+	[ q{lookup_not_found_values = '{x}'}, 'notif_provider_lookup_field_values_check', 'values without a field' ],
+	[ q{lookup_field = 'a..b', lookup_found_values = '{x}'}, 'notif_provider_lookup_field_check', 'an empty step in the field path' ],
+	[ q{lookup_headers = '{"X-Api-Key": 1}'}, 'notif_provider_lookup_headers_check', 'a header that is not a string' ],
+	[ q{lookup_url = 'http://sms.example.com/status/{key}', lookup_headers = '{"Authorization": "Bearer s3cr3t"}'},
+		'needs an https:// url', 'credentials to a lookup over plain http' ])
+{
+	my ($rc, $out, $err) = $node->psql('postgres', "UPDATE notif_provider SET $bad->[0] WHERE name = 'checks'");
+	like($err, qr/\Q$bad->[1]\E/, "refused: $bad->[2]");
+	unlike($err, qr/s3cr3t/, "... and the error shows no secret ($bad->[2])");
+}
+
+# --- the providers and their types ---
+sub provider
+{
+	my ($name, $fault, %cols) = @_;
+	set_provider($node, $name, $sim->{url},
+		headers => qq('{"X-Sim-Fault": "$fault", "X-Sim-Fail-First": "1"}'),
+		idempotency_header => q('Idempotency-Key'),
+		timeout => q('600 ms'),
+		lookup_url => qq('$status'),
+		%cols);
+}
+provider('p_found', 'timeout_delivered');
+provider('p_not_found', 'timeout');
+provider('p_head', 'timeout_delivered', lookup_method => q('HEAD'));
+provider('p_field', 'timeout_delivered',
+	lookup_field => q('status'), lookup_found_values => q('{delivered}'),
+	lookup_not_found_values => q('{not_found}'));
+provider('p_field_other', 'timeout_delivered',
+	lookup_field => q('status'), lookup_found_values => q('{accepted}'));
+provider('p_unreachable', 'timeout_delivered', lookup_url => q('http://127.0.0.1:1/status/{key}'));
+provider('p_amo', 'timeout');
+
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
+	SELECT p, 'at_least_once', 3, 'p_' || p, '100 ms', '100 ms'
+	  FROM unnest(ARRAY['found', 'not_found', 'head', 'field', 'field_other', 'unreachable']) p;
+	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
+	VALUES ('amo', 'at_most_once', 3, 'p_amo', '100 ms', '100 ms');
+});
+
+my $lookups0 = stats($sim)->{lookups};
+my %id;
+for my $kind (qw(found not_found head field field_other unreachable amo))
+{
+	$id{$kind} = $node->safe_psql('postgres',
+		qq{SELECT notif_enqueue(1, '$kind', 'o1', '{"to":"+84900000001","text":"$kind"}')});
+}
+ok( wait_until(
+		$node,
+		q{SELECT count(*) = 7 FROM notif_job WHERE status IN ('sent', 'failed', 'expired') AND claimed_by IS NULL}),
+	'every job finished');
+
+sub job
+{
+	my ($kind) = @_;
+	return $node->safe_psql('postgres',
+		qq{SELECT status || ' ' || outcome || ' ' || tries || ' ' || coalesce(resolved_by, '-')
+		     FROM notif_job WHERE id = $id{$kind}});
+}
+sub ledger_of
+{
+	my ($kind) = @_;
+	my ($received, $delivered) = split / /, ledger_key($sim, "$kind:1:o1");
+	return "$received $delivered";
+}
+sub calls
+{
+	my ($kind) = @_;
+	return $node->safe_psql('postgres',
+		qq{SELECT string_agg(try || ':' || outcome, ',' ORDER BY try) FROM notif_calls WHERE job_id = $id{$kind}});
+}
+
+is(job('found'), 'sent accepted 2 lookup_found',
+	'alo_lookup_found: the lookup found it, the job is sent with no second call (its try went to the lookup)');
+is(ledger_of('found'), '1 1', 'found: the provider got it once');
+is(calls('found'), '1:unknown,2:accepted', 'found: the ambiguous call, then the lookup that found it, in notif_calls');
+is($node->safe_psql('postgres', qq{SELECT error FROM notif_attempt WHERE job_id = $id{found} AND try = 2}),
+	"the provider's status lookup found it: not sent again", '... which says so');
+
+is(job('not_found'), 'sent accepted 2 lookup_not_found',
+	'not found: the retry went ahead and was accepted; resolved_by lookup_not_found');
+is(ledger_of('not_found'), '2 1', 'not found: received twice, delivered once (the first was never delivered)');
+
+is(job('head'), 'sent accepted 2 lookup_found', 'lookup_method HEAD: found by its status alone');
+is(ledger_of('head'), '1 1', 'HEAD: no second call');
+
+is(job('field'), 'sent accepted 2 lookup_found', 'lookup_field: "status" is "delivered", among the found values');
+is(ledger_of('field'), '1 1', 'lookup_field: no second call');
+
+is(job('field_other'), 'sent accepted 2 -',
+	'a found status whose field holds no found value is no answer: the retry went ahead, unresolved');
+is(ledger_of('field_other'), '2 2', '... and delivered a duplicate, as without a lookup');
+
+is(job('unreachable'), 'sent accepted 2 -', 'an unreachable lookup is no answer: the retry went ahead');
+is(ledger_of('unreachable'), '2 2', '... a duplicate, as without a lookup');
+
+is(job('amo'), 'sent unknown 1 -', 'at_most_once: never asked, never retried');
+
+# found, not_found, head, field, field_other: one lookup each; no first
+# call, no at_most_once job was asked about (the unreachable one never
+# reached the simulator)
+is(stats($sim)->{lookups} - $lookups0, 5, 'the simulator answered one lookup per retried job, and no other');
+
+is( $node->safe_psql('postgres', q{
+		SELECT string_agg(kind || ' ' || resolved_lookup_found || ' ' || resolved_lookup_not_found, ', ' ORDER BY kind)
+		  FROM notif_resolved WHERE kind IN ('found', 'not_found', 'head', 'field', 'field_other')}),
+	'field 1 0, field_other 0 0, found 1 0, head 1 0, not_found 0 1',
+	'notif_resolved counts the jobs each answer resolved');
+
+# nothing of the lookup reaches the log but its outcome
+my $log = slurp_file($node->logfile);
+unlike($log, qr/retrying with backoff/, 'the sender logged no error');
+
+done_testing();
