@@ -251,6 +251,14 @@ like($node->safe_psql('postgres', qq{SELECT last_error FROM notif_job WHERE id =
 	qr/deduplication window passed before the retry could start/, 'amo_short: last_error says why');
 is(sim_ledger('amo_short:r'), '1 1', 'amo_short: the provider received it once');
 
+# at the end, seconds later: no copy more reached the provider
+my %final = (
+	'amo_wait:k' => '2 1', 'amo_hang_k:k' => '2 1', 'alo_report:k' => '1 1',
+	'amo_wait:r' => '2 1', 'amo_hang_r:r' => '2 1', 'amo_short:r' => '1 1',
+	'alo_report:r' => '1 1', 'alo_noreport:r' => '2 1');
+is(join(', ', map { "$_ " . sim_ledger($_) } sort keys %final),
+	join(', ', map { "$_ $final{$_}" } sort keys %final),
+	'the ledger at the end: no job got a copy more');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM notif_job WHERE status = 'sending'}), '0',
 	'nothing stays sending');
 is(active_mismatches($node), 0, 'notif_active matches notif_job');
