@@ -109,13 +109,21 @@ static const NotifTransitionRow transitions[] = {
 	{"alo_not_started", EVENT_CALL_ENDED, ALO, SENDING, OUTCOME_NOT_STARTED, COND_ALWAYS,
 	EXPIRED, false, TRIES_UNCOUNTED, false, "deadline passed before the attempt could start"},
 
-	/* the sender holding the job stopped during its call: outcome unknown */
+	/*
+	 * the sender holding the job stopped during its call: outcome unknown,
+	 * resolved as a call that ended unknown would be by a report already
+	 * recorded, and held as long for one (resolve_wait)
+	 */
+	{"lost_reported", EVENT_SENDER_LOST, DELIVERY_ANY, SENT | SENDING, OUTCOME_UNKNOWN, COND_REPORTED,
+	SENT, false, TRIES_KEPT, false, "the sender stopped during the call"},	/* a report said delivered */
 	{"lost_at_most_once", EVENT_SENDER_LOST, AMO, SENT, OUTCOME_UNKNOWN, COND_ALWAYS,
 	SENT, false, TRIES_KEPT, false, "the sender stopped during the call"},
 	{"lost_out_of_tries", EVENT_SENDER_LOST, ALO, SENDING, OUTCOME_UNKNOWN, COND_OUT_OF_TRIES,
 	FAILED, false, TRIES_KEPT, false, "the sender stopped during the call"},
 	{"lost_out_of_time", EVENT_SENDER_LOST, ALO, SENDING, OUTCOME_UNKNOWN, COND_OUT_OF_TIME,
 	EXPIRED, false, TRIES_KEPT, false, "the sender stopped during the call"},
+	{"lost_retry_after_report_wait", EVENT_SENDER_LOST, ALO, SENDING, OUTCOME_UNKNOWN, COND_REPORT_WAIT,
+	QUEUED, true, TRIES_KEPT, false, "the sender stopped during the call"},
 	{"lost_retry", EVENT_SENDER_LOST, ALO, SENDING, OUTCOME_UNKNOWN, COND_ALWAYS,
 	QUEUED, true, TRIES_KEPT, false, "the sender stopped during the call"},
 

@@ -63,7 +63,10 @@ is_live(int64 incarnation, const int64 *live, int n_live)
  * Recover the jobs left in flight by senders that are gone, of any type and
  * any lane.  A sender records its incarnation in shared memory before it
  * claims anything, so the senders alive are read again after the query: a
- * job claimed by a sender that started meanwhile is not touched.
+ * job claimed by a sender that started meanwhile is not touched.  A job
+ * that a delivery report says delivered (it came during the call, and was
+ * only recorded) needs no retry (lost_reported), as after a call that ended
+ * unknown.
  */
 void
 sender_recover_orphans(void)
@@ -73,8 +76,12 @@ sender_recover_orphans(void)
 	NotifOrphanJob *orphans;
 	NotifResult *results;
 	TimestampTz now = GetCurrentTimestamp();
+	int64	   *ids;
+	int64	   *reported;
+	int			n_reported = 0;
 	int			n,
 				i,
+				j,
 				k = 0;
 
 	n = notif_sql_orphans(live, n_live, sender.round_cxt, &orphans);
@@ -82,15 +89,23 @@ sender_recover_orphans(void)
 		return;
 	n_live = notif_live_incarnations(live);
 
+	ids = palloc(sizeof(int64) * n);
+	for (i = 0; i < n; i++)
+		ids[i] = orphans[i].job.id;
+	reported = notif_sql_reported(ids, n, &n_reported);
+
 	results = palloc0(sizeof(NotifResult) * n);
 	for (i = 0; i < n; i++)
 	{
 		NotifOrphanJob *o = &orphans[i];
+		bool		was_reported = false;
 
 		if (is_live(o->job.claimed_by, live, n_live))
 			continue;
+		for (j = 0; j < n_reported && !was_reported; j++)
+			was_reported = (reported[j] == o->job.id);
 		make_result(&results[k++], EVENT_SENDER_LOST, &o->job, OUTCOME_UNKNOWN, 0, NULL,
-					o->claimed_at ? o->claimed_at : now, now, 0, now, false);
+					o->claimed_at ? o->claimed_at : now, now, 0, now, was_reported);
 	}
 	if (k == 0)
 		return;

@@ -77,6 +77,8 @@ notif_orphans_from_rows(MemoryContext cxt, NotifOrphanJob **out)
 		j->job.policy.backoff_min_ms = spi_col_int(i, 9);
 		j->job.policy.backoff_max_ms = spi_col_int(i, 10);
 		j->job.earlier_tries = spi_col_int(i, 11);
+		j->job.policy.resolve_wait_ms = spi_col_int(i, 12);
+		j->job.policy.call_timeout_ms = spi_col_int(i, 13);
 	}
 	*out = jobs;
 	return (int) SPI_processed;

@@ -255,17 +255,21 @@ record_passing_sql(void)
 
 /*
  * Jobs held by senders that are no longer running, with their type's
- * policy; their work rows and jobs locked, as a claim locks them.
+ * policy (its resolve_wait, and its provider's timeout that bounds it);
+ * their work rows and jobs locked, as a claim locks them.
  */
 static const char *const sql_orphans =
 "SELECT j.id, j.kind, j.status, j.tries, j.claimed_by, j.claimed_at, j.deadline_at,"
 "       t.max_tries,"
 "       (extract(epoch FROM t.backoff_min) * 1000)::int8,"
 "       (extract(epoch FROM t.backoff_max) * 1000)::int8,"
-"       j.earlier_tries"
+"       j.earlier_tries,"
+"       (extract(epoch FROM t.resolve_wait) * 1000)::int8,"
+"       greatest(1, ceil(extract(epoch FROM p.timeout) * 1000))::int8"
 "  FROM %s.notif_active a"
 "  JOIN %s.notif_job j ON j.id = a.job_id"
 "  JOIN %s.notif_type t ON t.code = j.kind"
+"  JOIN %s.notif_provider p ON p.name = t.provider"
 " WHERE a.claimed_by IS NOT NULL AND a.claimed_by <> ALL ($1)"
 "   AND j.claimed_by IS NOT NULL"
 "   FOR UPDATE OF a SKIP LOCKED FOR NO KEY UPDATE OF j SKIP LOCKED";

@@ -5,7 +5,9 @@
 # (amo_unknown_dedup_retry) or is in that retry (then lost_at_most_once),
 # while the window passes (amo_dedup_window_passed), and while an
 # at_least_once job holds its retry for a delivery report (resolve_wait,
-# alo_retry_after_report_wait; then report_resolves, or the retry).  The
+# alo_retry_after_report_wait; then report_resolves, or the retry); and a
+# SIGKILL during a call whose delivery report is already in (lost_reported)
+# or not yet (lost_retry_after_report_wait: the retry waits for it).  The
 # held and queued states are committed rows: they survive, and the provider
 # (the simulator's ledger) gets nothing twice that its window does not drop
 # and loses nothing at_least_once promised.  The simulator honours a ten
@@ -41,6 +43,9 @@ provider('p_hang_r', 'timeout_delivered', q('10 minutes'));
 provider('p_short', 'timeout_delivered', q('8 s'));
 provider('p_alo_delivered', 'timeout_delivered', 'NULL');
 provider('p_alo_lost', 'timeout', 'NULL');
+# the first call hangs for a minute (the sender's timeout), the next is answered
+provider('p_hang', 'timeout_delivered', 'NULL');
+$node->safe_psql('postgres', q{UPDATE notif_provider SET timeout = '60 s' WHERE name = 'p_hang'});
 
 # a backoff of 2.5 to 5 s: time to pause a type before its retry is claimed
 $node->safe_psql('postgres', q{
@@ -50,7 +55,10 @@ $node->safe_psql('postgres', q{
 		('amo_hang_r', 'at_most_once', 3, 'p_hang_r', '5 s', '5 s', '0'),
 		('amo_short', 'at_most_once', 3, 'p_short', '5 s', '5 s', '0'),
 		('alo_report', 'at_least_once', 3, 'p_alo_delivered', '100 ms', '100 ms', '1 hour'),
-		('alo_noreport', 'at_least_once', 3, 'p_alo_lost', '100 ms', '100 ms', '6 s');
+		('alo_noreport', 'at_least_once', 3, 'p_alo_lost', '100 ms', '100 ms', '6 s'),
+		('alo_inflight', 'at_least_once', 3, 'p_hang', '100 ms', '100 ms', '1 hour'),
+		('alo_inflight_wait', 'at_least_once', 3, 'p_hang', '100 ms', '100 ms', '1 hour'),
+		('amo_inflight', 'at_most_once', 3, 'p_hang', '100 ms', '100 ms', '0');
 });
 
 my %id;
@@ -251,11 +259,49 @@ like($node->safe_psql('postgres', qq{SELECT last_error FROM notif_job WHERE id =
 	qr/deduplication window passed before the retry could start/, 'amo_short: last_error says why');
 is(sim_ledger('amo_short:r'), '1 1', 'amo_short: the provider received it once');
 
+# ---------- SIGKILL during a call, a report already in ----------
+# A report that comes while the call is in flight is only recorded
+# (report_recorded); the sender then dies in the call.  Its recovery finds
+# the report: the job is done, with no retry (lost_reported).  Without a
+# report, the retry of an at_least_once job cut off so waits for one, as
+# after a call that ended unknown (lost_retry_after_report_wait).
+enqueue('alo_inflight', 's');
+enqueue('alo_inflight_wait', 's');
+enqueue('amo_inflight', 's');
+my $s_ids = join(', ', map { $id{$_} } qw(alo_inflight:s alo_inflight_wait:s amo_inflight:s));
+ok( wait_until(
+		$node,
+		qq{SELECT count(*) = 3 FROM notif_job WHERE id IN ($s_ids) AND tries = 1 AND claimed_by IS NOT NULL}),
+	'in flight: the three calls are claimed');
+ok( wait_until_ledger(
+		$sim,
+		sub { my $l = shift; scalar(grep { ($l->{"$_:1:s"}{received} // 0) >= 1 } qw(alo_inflight alo_inflight_wait amo_inflight)) == 3 }),
+	'in flight: the three calls reached the provider and hang');
+$node->safe_psql('postgres', q{SELECT notif_dlr('alo_inflight:1:s', true); SELECT notif_dlr('amo_inflight:1:s', true)});
+is(job('alo_inflight:s'), 'sending - 1 -', 'alo_inflight: the report is only recorded during the call (report_recorded)');
+$pid = sender_pid();
+kill 'KILL', $pid;
+ok( wait_until(
+		$node,
+		qq{SELECT count(*) = 3 FROM notif_job WHERE id IN ($s_ids) AND claimed_by IS NULL}),
+	'in flight: the three jobs were recovered after the crash');
+is(job('alo_inflight:s'), 'sent unknown 1 report',
+	'lost_reported: at_least_once, a report said delivered before the crash: sent, resolved by the report, no retry');
+is(job('amo_inflight:s'), 'sent unknown 1 report', 'lost_reported: at_most_once, the same');
+is(job('alo_inflight_wait:s'), 'queued unknown 1 -', 'alo_inflight_wait: no report yet: queued again');
+is( $node->safe_psql('postgres', qq{SELECT next_at > now() + interval '50 minutes' FROM notif_job WHERE id = $id{'alo_inflight_wait:s'}}),
+	't', 'lost_retry_after_report_wait: its retry waits resolve_wait for a report');
+$node->safe_psql('postgres', q{SELECT notif_dlr('alo_inflight_wait:1:s', true)});
+is(job('alo_inflight_wait:s'), 'sent unknown 1 report', 'alo_inflight_wait: the report then resolves it (report_resolves)');
+is( $node->safe_psql('postgres', qq{SELECT count(*) FROM notif_active WHERE job_id IN ($s_ids)}),
+	'0', 'in flight: none of the three is queued for another try');
+
 # at the end, seconds later: no copy more reached the provider
 my %final = (
 	'amo_wait:k' => '2 1', 'amo_hang_k:k' => '2 1', 'alo_report:k' => '1 1',
 	'amo_wait:r' => '2 1', 'amo_hang_r:r' => '2 1', 'amo_short:r' => '1 1',
-	'alo_report:r' => '1 1', 'alo_noreport:r' => '2 1');
+	'alo_report:r' => '1 1', 'alo_noreport:r' => '2 1',
+	'alo_inflight:s' => '1 1', 'alo_inflight_wait:s' => '1 1', 'amo_inflight:s' => '1 1');
 is(join(', ', map { "$_ " . sim_ledger($_) } sort keys %final),
 	join(', ', map { "$_ $final{$_}" } sort keys %final),
 	'the ledger at the end: no job got a copy more');
@@ -265,7 +311,7 @@ is(active_mismatches($node), 0, 'notif_active matches notif_job');
 is($node->safe_psql('postgres', q{
 		SELECT string_agg(kind || ' ' || resolved_dedup_window || ' ' || resolved_report, ', ' ORDER BY kind)
 		  FROM notif_resolved}),
-	'alo_noreport 0 0, alo_report 0 2, amo_hang_k 0 0, amo_hang_r 0 0, amo_short 0 0, amo_wait 2 0',
+	'alo_inflight 0 1, alo_inflight_wait 0 1, alo_noreport 0 0, alo_report 0 2, amo_hang_k 0 0, amo_hang_r 0 0, amo_inflight 0 1, amo_short 0 0, amo_wait 2 0',
 	'notif_resolved: what was resolved, and how');
 
 done_testing();
