@@ -22,13 +22,18 @@
 #            delay), lost 0; and the delay the wait adds to the retried
 #            jobs (p50/p99 of the time from an ambiguous call's end to the
 #            next call's start).
+#   lookup   at_least_once, the provider's status lookup (GET /status/{key},
+#            backed by the simulator's ledger) asked before each retry, a
+#            share LOOKUP_FAIL of the lookups answering 503: duplicated ~
+#            N p q LOOKUP_FAIL (a retry follows only a lookup that said not
+#            found, or gave no answer), lost ~ N (p(1-q))^3.
 # A count outside its band (binomial, 4 sigma, at least 2) fails the script.
 #
 #   bash test/bench/resolve.sh
 #
 # Environment: BENCH_SCALE [1] multiplies N [RES_JOBS, 100000]; RES_P
 # [0.005]; RES_Q [0.5]; RES_SEED [1]; DLR_MEDIAN [300] and DLR_P99 [1500]
-# (ms); RESOLVE_WAIT [2] (s); BENCH_PORT, BENCH_SIM_PORT, BENCH_OUT: see
+# (ms); RESOLVE_WAIT [2] (s); LOOKUP_FAIL [0.2]; BENCH_PORT, BENCH_SIM_PORT, BENCH_OUT: see
 # test/bench/lib.sh.  Needs the extension installed and the simulator built.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -40,6 +45,7 @@ SEED=${RES_SEED:-1}
 DLR_MEDIAN=${DLR_MEDIAN:-300}
 DLR_P99=${DLR_P99:-1500}
 WAIT=${RESOLVE_WAIT:-2}
+LOOKUP_FAIL=${LOOKUP_FAIL:-0.2}
 SIM=$BENCH_SIM_PORT
 
 bench_dir resolve
@@ -53,11 +59,15 @@ UPDATE notif_provider SET url = 'http://127.0.0.1:$SIM/send', idempotency_header
        timeout = '500 ms', max_inflight = 512, dedup_window = '1 minute' WHERE name = 'default';
 INSERT INTO notif_provider (name, url, idempotency_header, timeout, max_inflight)
 VALUES ('reports', 'http://127.0.0.1:$SIM/send', 'Idempotency-Key', '500 ms', 512);
+INSERT INTO notif_provider (name, url, idempotency_header, timeout, max_inflight, lookup_url)
+VALUES ('lookup', 'http://127.0.0.1:$SIM/send', 'Idempotency-Key', '500 ms', 512,
+        'http://127.0.0.1:$SIM/status/{key}');
 INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max, resolve_wait, paused) VALUES
   ('dedup', 'at_most_once', 3, 'default', '50 ms', '200 ms', '0', true),
   ('breaks', 'at_most_once', 3, 'default', '50 ms', '200 ms', '0', true),
   ('nowait', 'at_least_once', 3, 'reports', '50 ms', '200 ms', '0', true),
-  ('wait', 'at_least_once', 3, 'reports', '50 ms', '200 ms', '$WAIT s', true);
+  ('wait', 'at_least_once', 3, 'reports', '50 ms', '200 ms', '$WAIT s', true),
+  ('lookup', 'at_least_once', 3, 'lookup', '50 ms', '200 ms', '0', true);
 SQL
 
 # "mean band" of a binomial count n * pi
@@ -184,6 +194,14 @@ result res_wait_resolved_by_report "$resolved"
 row_of wait at_least_once "reports, resolve_wait $WAIT s" "$(awk -v m="$miss" 'BEGIN { print m ^ 3 }')" "$lost" \
 	"$(awk -v p="$P" -v q="$Q" -v f="$F" 'BEGIN { print p * q * (1 - f) }')" "$dup" "${delay% *} / ${delay#* } ms"
 echo "wait: $resolved jobs resolved by a report; reports in time (theory): $F"
+read -r lost dup secs <<<"$(one_run lookup "dedup_window_ms=0&dlr_median_ms=0&p_lookup_fail=$LOOKUP_FAIL&lookup_fail_mode=503")"
+counts=$(cluster_psql -At -F ' ' -c "SELECT resolved_lookup_found, resolved_lookup_not_found FROM notif_resolved WHERE kind = 'lookup'")
+result res_lookup_fail "$LOOKUP_FAIL"
+result res_lookup_found "${counts% *}"
+result res_lookup_not_found "${counts#* }"
+row_of lookup at_least_once "status lookup, $LOOKUP_FAIL of lookups fail" "$(awk -v m="$miss" 'BEGIN { print m ^ 3 }')" "$lost" \
+	"$(awk -v p="$P" -v q="$Q" -v f="$LOOKUP_FAIL" 'BEGIN { print p * q * f }')" "$dup" "found ${counts% *}, not found ${counts#* }"
+echo "lookup: found ${counts% *}, not found ${counts#* }"
 
 if [ $failed -ne 0 ]; then
 	echo "resolve: FAILED" >&2
