@@ -10,7 +10,17 @@
 #
 #   bash test/bench/flood.sh
 #
+# With FLOOD_RESOLVE=1 (flood_resolve.sh), the same night with the 1.3
+# means of resolving the unknown on: the bulk provider honours its
+# idempotency key for a minute (simulator --dedup-window-ms, provider
+# dedup_window; promotions get 3 tries), so the promotions' ambiguous calls
+# are retried in their lane; the OTP provider has a status lookup and the
+# OTP type a resolve_wait of 2 s.  Its RESULT names start with FLOOD_TAG
+# [flood_resolve] instead of flood.  Both report the promotions lost and
+# duplicated, from the bulk simulator's ledger.
+#
 # Environment: FLOOD_JOBS [1000000 x BENCH_SCALE], FLOOD_OTP_GAP [0.02] s;
+# FLOOD_RESOLVE [0]; FLOOD_TAG;
 # BENCH_PORT, BENCH_SIM_PORT (+1), BENCH_OUT (see test/bench/lib.sh).
 # Needs the extension installed and the simulator built.  Prints RESULT
 # lines; BENCH_OUT gets flood_otp.dat (seconds since the flood began,
@@ -19,12 +29,26 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 N=${FLOOD_JOBS:-$(bench_scale 1000000)}
 GAP=${FLOOD_OTP_GAP:-0.02}
+RESOLVE=${FLOOD_RESOLVE:-0}
+if [ "$RESOLVE" = 1 ]; then
+	TAG=${FLOOD_TAG:-flood_resolve}
+	bulk_dedup=(--dedup-window-ms 60000)
+	promo_tries=3
+	settings="UPDATE notif_provider SET dedup_window = '1 minute' WHERE name = 'bulk_sms';
+UPDATE notif_provider SET lookup_url = 'http://127.0.0.1:$BENCH_SIM_PORT/status/{key}' WHERE name = 'sms';
+UPDATE notif_type SET resolve_wait = '2 seconds' WHERE code = 'otp';"
+else
+	TAG=${FLOOD_TAG:-flood}
+	bulk_dedup=()
+	promo_tries=1
+	settings=
+fi
 SIM_OTP=$BENCH_SIM_PORT
 SIM_BULK=$((BENCH_SIM_PORT + 1))
 
-bench_dir flood
+bench_dir "$TAG"
 sim_start otp "$SIM_OTP"
-sim_start bulk "$SIM_BULK" --p-timeout 0.01 --q 0.5 --hold-ms 3000 --seed 11
+sim_start bulk "$SIM_BULK" --p-timeout 0.01 --q 0.5 --hold-ms 3000 --seed 11 "${bulk_dedup[@]}"
 cluster_start "$BENCH_DIR/pg" "$BENCH_PORT" "notif_deliver.database = 'postgres'" \
 	"notif_deliver.max_inflight = 512" "max_worker_processes = 16" "max_wal_size = '4GB'"
 cluster_psql <<SQL
@@ -34,9 +58,10 @@ INSERT INTO notif_provider (name, url, idempotency_header, timeout, max_inflight
   ('bulk_sms', 'http://127.0.0.1:$SIM_BULK/send', 'Idempotency-Key', '1 second', 512);
 INSERT INTO notif_type (code, delivery, max_tries, deadline, provider, lane, paused) VALUES
   ('otp',   'at_least_once', 3, '15 seconds', 'sms',      'otp',  false),
-  ('promo', 'at_most_once',  1, NULL,         'bulk_sms', 'bulk', true);
+  ('promo', 'at_most_once',  $promo_tries, NULL,         'bulk_sms', 'bulk', true);
+$settings
 SQL
-echo "flood: $N promotions (1% of calls time out) while an OTP is enqueued every ${GAP}s; $(nproc) cores, $(pg_config --version)"
+echo "$TAG: $N promotions (1% of calls time out) while an OTP is enqueued every ${GAP}s; $(nproc) cores, $(pg_config --version)"
 cluster_psql -c "SELECT count(notif_enqueue(g, 'promo', 'blackfriday', '{\"to\":\"+84900000000\",\"text\":\"Black Friday: -50% today\"}')) FROM generate_series(1, $N) g" \
 	-c "CHECKPOINT" >/dev/null
 wait_sql "SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'notif_deliver sender otp'" 30
@@ -84,22 +109,26 @@ p50=$(percentile 50 "$BENCH_DIR/lat")
 p99=$(percentile 99 "$BENCH_DIR/lat")
 max=$(percentile 100 "$BENCH_DIR/lat")
 promo_timeouts=$(sim_get "$SIM_BULK" /stats | awk '$1 == "timeouts" { print $2 }')
-echo "promotions: $N drained in ${secs}s = $drain/s ($promo_timeouts calls timed out)"
+read -r promo_lost promo_dup <<<"$(sim_get "$SIM_BULK" /ledger | awk -v n="$N" '$1 ~ /^promo:/ {
+	if ($3 >= 1) got++; if ($3 > 1) dup += $3 - 1 } END { printf "%d %d\n", n - got, dup + 0 }')"
+echo "promotions: $N drained in ${secs}s = $drain/s ($promo_timeouts calls timed out; $promo_lost lost, $promo_dup duplicated)"
 echo "OTPs during the flood: $otps enqueued, $delivered delivered, $expired expired, $failed failed;" \
 	"latency p50 $p50 ms, p99 $p99 ms, max $max ms (target p99 < 500 ms, 0 expired)"
 if [ -n "${BENCH_OUT:-}" ]; then
-	cp "$BENCH_DIR/otp_lat" "$BENCH_OUT/flood_otp.dat"
-	cp "$BENCH_DIR/promo_progress" "$BENCH_OUT/flood_promo.dat"
+	cp "$BENCH_DIR/otp_lat" "$BENCH_OUT/${TAG}_otp.dat"
+	cp "$BENCH_DIR/promo_progress" "$BENCH_OUT/${TAG}_promo.dat"
 fi
-result flood_promotions "$N"
-result flood_promo_seconds "$secs"
-result flood_promo_jobs_per_s "$drain"
-result flood_promo_timeouts "$promo_timeouts"
-result flood_otps "$otps"
-result flood_otp_delivered "$delivered"
-result flood_otp_lost $((otps - delivered))
-result flood_otp_expired "$expired"
-result flood_otp_failed "$failed"
-result flood_otp_p50_ms "$p50"
-result flood_otp_p99_ms "$p99"
-result flood_otp_max_ms "$max"
+result ${TAG}_promotions "$N"
+result ${TAG}_promo_seconds "$secs"
+result ${TAG}_promo_jobs_per_s "$drain"
+result ${TAG}_promo_timeouts "$promo_timeouts"
+result ${TAG}_otps "$otps"
+result ${TAG}_otp_delivered "$delivered"
+result ${TAG}_otp_lost $((otps - delivered))
+result ${TAG}_otp_expired "$expired"
+result ${TAG}_otp_failed "$failed"
+result ${TAG}_otp_p50_ms "$p50"
+result ${TAG}_otp_p99_ms "$p99"
+result ${TAG}_otp_max_ms "$max"
+result "${TAG}_promo_lost" "$promo_lost"
+result "${TAG}_promo_dup" "$promo_dup"

@@ -94,7 +94,11 @@ sim_start() {
 	"$BENCH_SIM" --port "$port" "$@" >"$BENCH_DIR/sim_$name.log" 2>&1 &
 	_bench_sims+=($!)
 	for i in $(seq 1 100); do
-		if sim_get "$port" /health 2>/dev/null | grep -q ok; then return 0; fi
+		# ours, not another run's on the same port (ours then exits: in use)
+		if sim_get "$port" /health 2>/dev/null | grep -q ok && kill -0 "${_bench_sims[-1]}" 2>/dev/null; then
+			sleep 0.1
+			if kill -0 "${_bench_sims[-1]}" 2>/dev/null; then return 0; fi
+		fi
 		sleep 0.05
 	done
 	echo "provider_sim $name did not start on port $port" >&2
