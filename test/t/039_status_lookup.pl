@@ -11,7 +11,8 @@
 #              the first call had delivered.
 # at_most_once jobs and first calls are never asked about.  Checked in
 # notif_job, notif_attempt, notif_resolved and the simulator's ledger and
-# lookup counters; and the provider CHECKs on lookup_*.
+# lookup counters; and the provider CHECKs on lookup_*.  And a SIGKILL of
+# the sender while a lookup is in flight: asked again after the restart.
 use strict;
 use warnings;
 use lib 'test';
@@ -147,6 +148,33 @@ is( $node->safe_psql('postgres', q{
 		  FROM notif_resolved WHERE kind IN ('found', 'not_found', 'head', 'field', 'field_other')}),
 	'field 1 0, field_other 0 0, found 1 0, head 1 0, not_found 0 1',
 	'notif_resolved counts the jobs each answer resolved');
+
+# --- the sender killed while a lookup is in flight ---
+# The lookup answers after 3 s; SIGKILL of the sender meanwhile (the server
+# restarts every backend).  The job, claimed for its retry, is recovered as
+# a call cut off (lost_retry), asked about again after the restart, found:
+# no second copy.
+sim_get($sim, '/config?lookup_latency_ms=3000');
+provider('p_crash', 'timeout_delivered');
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
+	VALUES ('crash', 'at_least_once', 4, 'p_crash', '100 ms', '100 ms')});
+my $lookups1 = stats($sim)->{lookups};
+$id{crash} = $node->safe_psql('postgres',
+	q{SELECT notif_enqueue(1, 'crash', 'o1', '{"to":"+84900000001","text":"crash"}')});
+ok( wait_until(
+		$node, qq{SELECT status = 'sending' AND tries = 2 FROM notif_job WHERE id = $id{crash}}),
+	'crash: claimed for its retry, the lookup in flight');
+my $pid = $node->safe_psql('postgres',
+	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'notif_deliver sender'});
+kill 'KILL', $pid;
+sim_get($sim, '/config?lookup_latency_ms=0');
+ok(wait_until($node, qq{SELECT status = 'sent' AND claimed_by IS NULL FROM notif_job WHERE id = $id{crash}}),
+	'crash: sent after the restart');
+is(job('crash'), 'sent accepted 3 lookup_found',
+	'crash: recovered (lost_retry), asked again, found: no retry');
+is(ledger_of('crash'), '1 1', 'crash: the provider got it once');
+cmp_ok(stats($sim)->{lookups} - $lookups1, '>=', 1, 'crash: the lookup was asked again after the restart');
 
 # nothing of the lookup reaches the log but its outcome
 my $log = slurp_file($node->logfile);
