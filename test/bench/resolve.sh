@@ -158,7 +158,7 @@ result res_reports_in_time_nowait "$F0"
 miss=$(awk -v p="$P" -v q="$Q" 'BEGIN { print p * (1 - q) }')
 
 row_of() {	# tag delivery cooperation lost_theory lost dup_theory dup extra
-	local tag=$1 lt lb dt db v1 v2 verdict
+	local tag=$1 lt lb dt db v1 v2 verdict seed ratio
 	read -r lt lb <<<"$(band "$4")"
 	read -r dt db <<<"$(band "$6")"
 	v1=$(check "$tag" lost "$5" "$lt" "$lb")
@@ -169,9 +169,20 @@ row_of() {	# tag delivery cooperation lost_theory lost dup_theory dup extra
 	result "res_${tag}_dup" "$7"
 	result "res_${tag}_lost_theory" "$lt"
 	result "res_${tag}_dup_theory" "$dt"
-	row resolve "$2" "$3" "$(printf '%.1f ± %.1f' "$lt" "$lb")" "$5" "$(printf '%.1f ± %.1f' "$dt" "$db")" "$7" "$8" "$verdict"
-	printf '%-7s %-14s lost %5d (theory %7.2f ± %5.2f)  duplicated %5d (theory %7.2f ± %5.2f)  %s  %s\n' \
-		"$tag" "$2" "$5" "$lt" "$lb" "$7" "$dt" "$db" "$8" "$verdict"
+	# against the seed's table, no cooperation: at_most_once loses N p (1-q),
+	# at_least_once duplicates N p q; the ratio of what this row measured
+	if [ "$2" = at_most_once ]; then
+		seed=$(awk -v n="$N" -v p="$P" -v q="$Q" 'BEGIN { printf "%.1f", n * p * (1 - q) }')
+		ratio=$(awk -v m="$5" -v d="$7" -v s="$seed" 'BEGIN { printf "%.2f", (m + d) / s }')
+	else
+		seed=$(awk -v n="$N" -v p="$P" -v q="$Q" 'BEGIN { printf "%.1f", n * p * q }')
+		ratio=$(awk -v m="$5" -v d="$7" -v s="$seed" 'BEGIN { printf "%.2f", (m + d) / s }')
+	fi
+	result "res_${tag}_seed" "$seed"
+	result "res_${tag}_ratio" "$ratio"
+	row resolve "$2" "$3" "$(printf '%.1f ± %.1f' "$lt" "$lb")" "$5" "$(printf '%.1f ± %.1f' "$dt" "$db")" "$7" "$ratio ($seed)" "$8" "$verdict"
+	printf '%-7s %-14s lost %5d (theory %7.2f ± %5.2f)  duplicated %5d (theory %7.2f ± %5.2f)  x%s of %s  %s  %s\n' \
+		"$tag" "$2" "$5" "$lt" "$lb" "$7" "$dt" "$db" "$ratio" "$seed" "$8" "$verdict"
 }
 
 read -r lost dup secs <<<"$(one_run dedup "dedup_window_ms=60000&dedup_breaks=0")"
