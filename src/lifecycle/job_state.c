@@ -476,6 +476,9 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 		t.resolution = RESOLUTION_NONE;
 	else if (lookup == LOOKUP_NOT_FOUND)
 		t.resolution = RESOLUTION_LOOKUP_NOT_FOUND; /* the retry was no copy */
+	else if (dedup->retry && dedup->started_late)
+		t.resolution = RESOLUTION_NONE; /* an at_least_once retry the window
+										 * did not cover: maybe a copy */
 	else
 		t.resolution = RESOLUTION_KEPT;
 

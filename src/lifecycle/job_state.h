@@ -171,6 +171,7 @@ typedef struct NotifDedup
 {
 	TimestampTz until;			/* 0: the provider does not deduplicate */
 	bool		retry;			/* this call is a retry made for the window */
+	bool		started_late;	/* ... and it started after the window */
 } NotifDedup;
 
 /* the retry policy of a type */

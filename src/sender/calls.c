@@ -169,7 +169,9 @@ sender_collect_finished(void)
 
 	while ((call = notif_http_next_done()) != NULL)
 	{
-		if (notif_ends_sent(call->job.delivery, call->outcome))
+		/* an at_most_once job retried for its provider's window counted once */
+		if (notif_ends_sent(call->job.delivery, call->outcome) &&
+			!(call->job.delivery == AT_MOST_ONCE && call->job.dedup.retry))
 			sent++;
 		notif_throttle_release(call->throttle, 1, false);
 		if (call->http_status == 429 && call->retry_after_ms > 0 && !call->device_busy)

@@ -192,6 +192,9 @@ sender_finished_results(NotifResult **out)
 			for (k = 0; k < n_reported && !was_reported; k++)
 				was_reported = (reported[k] == call->job.id);
 
+		/* an at_least_once retry made for the window that started after it */
+		call->job.dedup.started_late = call->job.dedup.retry && call->started_at != 0 &&
+			call->started_at >= call->job.dedup.until;
 		if (error && call->http_status != 0 && call->outcome != OUTCOME_ACCEPTED)
 			error = psprintf("HTTP %ld%s%s", call->http_status, error[0] ? ": " : "", error);
 		make_result(&results[n++], EVENT_CALL_ENDED, &call->job, call->outcome,

@@ -196,6 +196,34 @@ for my $kind (qw(amo_then_refused amo_then_gone amo_then_late))
 }
 is((split / /, ledger_key($sim, 'amo_then_late:1:o1'))[0], '1', 'amo_then_late: the provider received it once');
 
+# an at_least_once retry made for the window that starts after it (its type
+# paused while its first call was in flight, resumed once the window can no
+# longer be reached): the window did not cover it, so the job is not
+# resolved by it (a possible duplicate, counted as such)
+provider('alo_late', 'timeout_delivered', q('3 s'));
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
+	VALUES ('alo_late', 'at_least_once', 3, 'alo_late', '100 ms', '100 ms')});
+$id{alo_late} = $node->safe_psql('postgres',
+	q{SELECT notif_enqueue(1, 'alo_late', 'o1', '{"to":"+84900000001","text":"alo_late"}')});
+ok(wait_until($node, qq{SELECT status = 'sending' FROM notif_job WHERE id = $id{alo_late}}),
+	'alo_late: its first call in flight');
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = true WHERE code = 'alo_late'});
+ok( wait_until(
+		$node,
+		qq{SELECT status = 'queued' AND resolved_by = 'dedup_window' FROM notif_job WHERE id = $id{alo_late}}),
+	'alo_late: queued for a retry inside the window (alo_retry_in_dedup_window)');
+# the latest start that reaches the provider inside it: created_at + 3 s - 600 ms
+ok( wait_until(
+		$node,
+		qq{SELECT now() > created_at + interval '2400 ms' FROM notif_job WHERE id = $id{alo_late}}),
+	'alo_late: the window can no longer be reached');
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = false WHERE code = 'alo_late'});
+ok(wait_until($node, qq{SELECT status = 'sent' AND claimed_by IS NULL FROM notif_job WHERE id = $id{alo_late}}),
+	'alo_late: sent by its late retry');
+is(job('alo_late'), 'sent accepted 2 -',
+	'alo_late: a retry started after the window is not resolved by it (resolved_by NULL)');
+
 # the window's bounds: finite, at most 100 years (17 and later have
 # infinite intervals); the same for resolve_wait
 ($rc, $out, $err) = $node->psql('postgres',
