@@ -104,7 +104,15 @@
  * dlrs_taken (reports handed out by /dlrs at least once).  /reset forgets
  * the reports; seq starts at 1 again.
  *
- * Design: only libc (libm for the DLRs' lognormal).  One epoll event
+ * Answer latency: --latency-ms N delays every answer N ms; with
+ * --latency-p99-ms P as well (P > N), each answer's delay is drawn from a
+ * lognormal distribution of median N and 99th percentile P instead (a
+ * real provider's spread: a few answers much slower than most), capped at
+ * hold_ms.  The draws come from a PRNG stream of their own, derived from
+ * the seed, so that a seed gives the same fault draws with or without the
+ * spread.  An X-Sim-Latency-Ms header still fixes a request's delay.
+ *
+ * Design: only libc (libm for the lognormal latencies).  One epoll event
  * loop per thread over non-blocking sockets; per-connection timers
  * (answer latency, held requests, lingering close) live in a min-heap
  * whose head gives epoll_wait its timeout, so nothing ever sleeps (a DLR
@@ -125,6 +133,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -157,6 +166,7 @@
 #define ACCEPT_BATCH		64
 #define MAX_THREADS			64
 #define MAX_LAST_BODY		(64 * 1024)			/* body bytes kept by /last */
+#define PRNG_LATENCY_SALT	UINT64_C(0x6c6174656e637904)	/* the latency stream's seed */
 
 /* ----------------------------------------------------------------
  * Growable byte buffers
@@ -569,6 +579,7 @@ ledger_format(const Ledger *l, Buf *out)
 typedef struct SimConfig
 {
 	int			latency_ms;
+	int			latency_p99_ms; /* 0: every answer after latency_ms */
 	int			hold_ms;
 	double		p_timeout;
 	double		q;
@@ -607,6 +618,7 @@ static struct
 	SimStats	stats;
 	Ledger		ledger;
 	uint64_t	prng;
+	uint64_t	prng_latency;	/* the lognormal latencies' own stream */
 } sim = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* options fixed at start */
@@ -1699,10 +1711,10 @@ static void
 format_config(const SimConfig *cfg, Buf *out)
 {
 	buf_printf(out,
-			   "latency_ms %d\nhold_ms %d\np_timeout %g\nq %g\np_5xx %g\n"
-			   "p_4xx %g\np_reset %g\np_429 %g\nidempotency %d\n"
+			   "latency_ms %d\nlatency_p99_ms %d\nhold_ms %d\np_timeout %g\nq %g\n"
+			   "p_5xx %g\np_4xx %g\np_reset %g\np_429 %g\nidempotency %d\n"
 			   "status_5xx %d\nretry_after %d\nseed %" PRIu64 "\n",
-			   cfg->latency_ms, cfg->hold_ms, cfg->p_timeout, cfg->q,
+			   cfg->latency_ms, cfg->latency_p99_ms, cfg->hold_ms, cfg->p_timeout, cfg->q,
 			   cfg->p_5xx, cfg->p_4xx, cfg->p_reset, cfg->p_429,
 			   cfg->idempotency ? 1 : 0, cfg->status_5xx, cfg->retry_after,
 			   cfg->seed);
@@ -1758,6 +1770,8 @@ config_set(SimConfig *cfg, const char *name, const char *val)
 
 	if (strcmp(name, "latency_ms") == 0)
 		return parse_int_str(val, 0, 86400000, &cfg->latency_ms);
+	if (strcmp(name, "latency_p99_ms") == 0)
+		return parse_int_str(val, 0, 86400000, &cfg->latency_p99_ms);
 	if (strcmp(name, "hold_ms") == 0)
 		return parse_int_str(val, 0, 86400000, &cfg->hold_ms);
 	if (strcmp(name, "p_timeout") == 0)
@@ -2123,6 +2137,7 @@ handle_control(Conn *c)
 					if (reseed)
 					{
 						sim.prng = sim.config.seed;
+						sim.prng_latency = sim.config.seed ^ PRNG_LATENCY_SALT;
 						resolve_reseed(sim.config.seed);
 					}
 					format_config(&sim.config, text);
@@ -2271,6 +2286,33 @@ count_outcome(const Outcome *o)
 		s->status_5xx++;
 }
 
+/* z of the 99th percentile of the standard normal distribution */
+#define Z_P99		2.3263478740408408
+
+/*
+ * An answer's delay: latency_ms, or with latency_p99_ms above it a draw
+ * from the lognormal of that median and 99th percentile (Box-Muller, two
+ * uniform draws of the latency stream per answer), at most hold_ms.
+ */
+static int
+answer_latency_ms(const SimConfig *cfg)
+{
+	double		u1,
+				u2,
+				sigma,
+				ms;
+
+	if (cfg->latency_p99_ms <= cfg->latency_ms || cfg->latency_ms <= 0)
+		return cfg->latency_ms;
+	u1 = prng_double(&sim.prng_latency);
+	u2 = prng_double(&sim.prng_latency);
+	sigma = log((double) cfg->latency_p99_ms / cfg->latency_ms) / Z_P99;
+	ms = cfg->latency_ms * exp(sigma * sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2));
+	if (ms > cfg->hold_ms)
+		ms = cfg->hold_ms;
+	return (int) (ms + 0.5);
+}
+
 /*
  * Record a received request in the ledger and decide what happens to it.
  * Runs under sim.lock.  With --idempotency a key delivered before is not
@@ -2312,7 +2354,7 @@ record_and_decide(const Request *r, const char *key, size_t keylen,
 		resolve_delivered(&cfg->resolve, &e->dedup, key, keylen, now_us, e->last_us);
 	}
 	count_outcome(o);
-	*delay_ms = r->latency_ms >= 0 ? r->latency_ms : cfg->latency_ms;
+	*delay_ms = r->latency_ms >= 0 ? r->latency_ms : answer_latency_ms(cfg);
 	*hold_ms = cfg->hold_ms;
 	return e;
 }
@@ -2930,6 +2972,8 @@ usage(FILE *f)
 			"  --port N            listen port (default 8089, 0: any free port)\n"
 			"  --bind ADDR         listen address (default 127.0.0.1)\n"
 			"  --latency-ms N      delay before answering (default 0)\n"
+			"  --latency-p99-ms P  with P > N: each delay lognormal, median N, 99th\n"
+			"                      percentile P (at most --hold-ms; default 0: fixed)\n"
 			"  --seed N            PRNG seed (default 1)\n"
 			"  --p-timeout P       hold the request, never answer\n"
 			"  --q P               share of timeouts/resets/5xx delivered anyway\n"
@@ -3002,7 +3046,8 @@ enum
 	OPT_DLR_MEDIAN,
 	OPT_DLR_P99,
 	OPT_P_DLR_LOST,
-	OPT_P_DLR_FAILED
+	OPT_P_DLR_FAILED,
+	OPT_LATENCY_P99
 };
 
 /* the /config name of an option that sets a run-time setting, or NULL */
@@ -3013,6 +3058,8 @@ config_name_of_option(int ch)
 	{
 		case 'l':
 			return "latency_ms";
+		case OPT_LATENCY_P99:
+			return "latency_p99_ms";
 		case 's':
 			return "seed";
 		case 'T':
@@ -3063,6 +3110,7 @@ parse_options(int argc, char **argv)
 		{"port", required_argument, NULL, 'p'},
 		{"bind", required_argument, NULL, 'b'},
 		{"latency-ms", required_argument, NULL, 'l'},
+		{"latency-p99-ms", required_argument, NULL, OPT_LATENCY_P99},
 		{"seed", required_argument, NULL, 's'},
 		{"p-timeout", required_argument, NULL, 'T'},
 		{"q", required_argument, NULL, 'q'},
@@ -3155,6 +3203,7 @@ parse_options(int argc, char **argv)
 		}
 	}
 	sim.prng = cfg->seed;
+	sim.prng_latency = cfg->seed ^ PRNG_LATENCY_SALT;
 	resolve_reseed(cfg->seed);
 }
 

@@ -531,6 +531,18 @@ OK_NAME="... but not control endpoints ($t s)"
 ok flt "$t" 0.4
 curl -s -o /dev/null "$BASE/config?latency_ms=0"
 
+# a lognormal spread: median latency_ms, 99th percentile latency_p99_ms
+like "$(curl -s "$BASE/config?latency_ms=20&latency_p99_ms=100")" '^latency_p99_ms 100$' "/config sets latency_p99_ms"
+for i in $(seq 1 41); do elapsed -H "Idempotency-Key: lgn-$i" --data-binary x "$BASE/send"; echo; done | grep . | sort -g >"$TMP/lgn"
+med=$(sed -n 21p "$TMP/lgn")
+hi=$(tail -1 "$TMP/lgn")
+OK_NAME="latency_ms=20, latency_p99_ms=100: the median answer after about 20 ms ($med s)"
+ok fge "$med" 0.010
+ok flt "$med" 0.045
+OK_NAME="... spread out: the slowest of 41 after more than 35 ms ($hi s)"
+ok fge "$hi" 0.035
+curl -s -o /dev/null "$BASE/config?latency_ms=0&latency_p99_ms=0"
+
 curl -s -o /dev/null "$BASE/config?p_5xx=1"
 is "$(code -H 'Idempotency-Key: r-5' --data-binary x)" 502 "p_5xx=1: 502"
 is "$(ledger r-5)" "1 0 1" "... not delivered"
