@@ -1,0 +1,156 @@
+# test/bench/night_lib.sh: the rig of the night (test/bench/night.sh) and
+# of the soak (test/bench/soak.sh).  Source it after test/bench/lib.sh.
+#
+#   night_rig NAME RETENTION [postgresql.conf lines...]
+#       a work folder (bench_dir NAME); a throwaway self-signed certificate;
+#       two provider simulators (sms on BENCH_SIM_PORT, push on the next
+#       port), each answering after a lognormal latency (median 120 ms, p99
+#       600 ms) and holding 0.5% of calls unanswered (half of those
+#       delivered, q = 0.5); a TLS front (nghttpx) for each: sms offering
+#       only http/1.1 on FRONT_SMS, push offering h2 (100 streams per
+#       connection) on FRONT_PUSH, each logging its calls' client ports in
+#       $BENCH_DIR/access_{sms,push}.log; a cluster with the extension, four
+#       providers (sms, sms_otp, sms_bulk on the sms front, push on the push
+#       front, each with the certificate as its ca_cert and a TIMEOUT s
+#       timeout), four types (otp, alert, promo_sms, promo_push; retention
+#       RETENTION), lane bulk with BULK_SENDERS senders, and the load
+#       procedures night_promos(n, rate) and night_trickle(kind, rate,
+#       poisson) with their tables night_log, night_progress and night_stop
+#       (see the SQL below).  Returns once every lane's sender runs.
+#
+# It reads INFLIGHT, PUSH_CONNS, BULK_SENDERS, TIMEOUT, FRONT_SMS and sets
+# FRONT_PUSH, SIM_SMS, SIM_PUSH, sim_pid_sms, sim_pid_push, front_pid_sms,
+# front_pid_push; front_pids PID lists a front's master and its worker.
+
+front_pids() {	# the master and its worker
+	echo "$1" $(ps -o pid= --ppid "$1")
+}
+
+night_rig() {
+	local name=$1 RETENTION=$2 lane
+	SIM_SMS=$BENCH_SIM_PORT
+	SIM_PUSH=$((BENCH_SIM_PORT + 1))
+	FRONT_PUSH=$((FRONT_SMS + 1))
+	shift 2
+	command -v nghttpx >/dev/null || { echo "nghttpx is not installed (package nghttp2-proxy)" >&2; exit 2; }
+
+	bench_dir "$name"
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=127.0.0.1 \
+		-addext "subjectAltName=IP:127.0.0.1" -keyout "$BENCH_DIR/srv.key" -out "$BENCH_DIR/srv.crt" 2>/dev/null
+	# the providers: lognormal latency, 0.5% held (the client times out), half of those delivered
+	sim_args=(--latency-ms 120 --latency-p99-ms 600 --p-timeout 0.005 --q 0.5 --hold-ms 10000)
+	sim_start sms "$SIM_SMS" "${sim_args[@]}" --seed 32
+	sim_start push "$SIM_PUSH" "${sim_args[@]}" --seed 33
+	sim_pid_sms=${_bench_sims[0]}
+	sim_pid_push=${_bench_sims[1]}
+
+	# a front: nghttpx on PORT for the simulator on BACK, offering ALPN,
+	# logging each call's client port (connections are counted from it)
+	front_start() {
+		local name=$1 port=$2 back=$3 alpn=$4
+		nghttpx --conf=/dev/null --workers=1 --frontend="127.0.0.1,$port" --backend="127.0.0.1,$back" \
+			--npn-list="$alpn" --frontend-http2-max-concurrent-streams=100 \
+			--accesslog-file="$BENCH_DIR/access_$name.log" --accesslog-format='$remote_port $alpn $status' \
+			"$BENCH_DIR/srv.key" "$BENCH_DIR/srv.crt" >"$BENCH_DIR/nghttpx_$name.log" 2>&1 &
+		_bench_sims+=($!)
+	}
+	front_wait() {
+		local name=$1 port=$2 i
+		for i in $(seq 1 100); do
+			(exec 7<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+			sleep 0.05
+		done
+		echo "nghttpx $name did not start on port $port" >&2
+		cat "$BENCH_DIR/nghttpx_$name.log" >&2
+		return 1
+	}
+	front_start sms "$FRONT_SMS" "$SIM_SMS" http/1.1
+	front_start push "$FRONT_PUSH" "$SIM_PUSH" h2
+	front_wait sms "$FRONT_SMS"
+	front_wait push "$FRONT_PUSH"
+	front_pid_sms=${_bench_sims[2]}
+	front_pid_push=${_bench_sims[3]}
+
+	cluster_start "$BENCH_DIR/pg" "$BENCH_PORT" "notif_deliver.database = 'postgres'" \
+		"notif_deliver.max_inflight = $INFLIGHT" "max_worker_processes = 32" "max_wal_size = '4GB'" "$@"
+	ca=$(sed "s/'/''/g" "$BENCH_DIR/srv.crt")
+	half=$((INFLIGHT / 2))
+	cluster_psql <<-SQL
+	CREATE EXTENSION notif_deliver;
+	INSERT INTO notif_provider (name, url, idempotency_header, timeout, max_inflight, max_connections, ca_cert) VALUES
+	  ('sms',      'https://127.0.0.1:$FRONT_SMS/send',  'Idempotency-Key', '$TIMEOUT s', 256,   1, '$ca'),
+	  ('sms_otp',  'https://127.0.0.1:$FRONT_SMS/send',  'Idempotency-Key', '$TIMEOUT s', 256,   1, '$ca'),
+	  ('sms_bulk', 'https://127.0.0.1:$FRONT_SMS/send',  'Idempotency-Key', '$TIMEOUT s', $half, 1, '$ca'),
+	  ('push',     'https://127.0.0.1:$FRONT_PUSH/send', 'Idempotency-Key', '$TIMEOUT s', $half, $PUSH_CONNS, '$ca');
+	INSERT INTO notif_type (code, delivery, max_tries, deadline, provider, lane, retention) VALUES
+	  ('otp',        'at_least_once', 3, '15 seconds', 'sms_otp',  'otp',   '$RETENTION'),
+	  ('alert',      'at_least_once', 5, NULL,         'sms',      'alert', '$RETENTION'),
+	  ('promo_sms',  'at_most_once',  3, NULL,         'sms_bulk', 'bulk',  '$RETENTION'),
+	  ('promo_push', 'at_most_once',  3, NULL,         'push',     'bulk',  '$RETENTION');
+	INSERT INTO notif_lane VALUES ('bulk', $BULK_SENDERS);
+
+	-- the load generators' bookkeeping: when each OTP and alert was enqueued,
+	-- how many promotions so far, and the flag that ends the trickles
+	CREATE TABLE night_log (kind text, id bigint, t_us bigint);
+	CREATE TABLE night_progress (enqueued bigint);
+	INSERT INTO night_progress VALUES (0);
+	CREATE TABLE night_stop (stop boolean);
+	INSERT INTO night_stop VALUES (false);
+
+	-- N promotions (or until night_stop says so) at RATE per second: every 10 ms, those due by the clock,
+	-- in one transaction (a campaign tool's batches), half sms and half push
+	CREATE PROCEDURE night_promos(n bigint, rate float8) LANGUAGE plpgsql AS \$\$
+	DECLARE
+	    t0 float8 := extract(epoch FROM clock_timestamp());
+	    done bigint := 0;
+	    target bigint;
+	BEGIN
+	    WHILE done < n LOOP
+	        EXIT WHEN (SELECT stop FROM night_stop);
+	        target := least(n, floor(rate * (extract(epoch FROM clock_timestamp()) - t0))::bigint);
+	        IF target > done THEN
+	            PERFORM notif_enqueue(g, CASE WHEN g % 2 = 0 THEN 'promo_push' ELSE 'promo_sms' END, 'friday',
+	                        CASE WHEN g % 2 = 0
+	                        THEN '{"token":"fcm-device-token","notification":{"title":"Friday night","body":"-50% until midnight"}}'
+	                        ELSE '{"to":"+84900000000","text":"Friday night: -50% until midnight"}' END::jsonb)
+	              FROM generate_series(done + 1, target) g;
+	            UPDATE night_progress SET enqueued = target;
+	            done := target;
+	            COMMIT;
+	        ELSE
+	            PERFORM pg_sleep(0.01);
+	        END IF;
+	    END LOOP;
+	END \$\$;
+
+	-- one job of kind K per transaction, RATE per second (Poisson arrivals,
+	-- or evenly spaced), each logged with the clock read before its commit,
+	-- until night_stop says so
+	CREATE PROCEDURE night_trickle(k text, rate float8, poisson boolean) LANGUAGE plpgsql AS \$\$
+	DECLARE
+	    t0 float8 := extract(epoch FROM clock_timestamp());
+	    next_at float8 := 0;
+	    now_s float8;
+	    i bigint := 0;
+	BEGIN
+	    LOOP
+	        EXIT WHEN (SELECT stop FROM night_stop);
+	        now_s := extract(epoch FROM clock_timestamp()) - t0;
+	        IF now_s < next_at THEN
+	            PERFORM pg_sleep(next_at - now_s);
+	            CONTINUE;
+	        END IF;
+	        i := i + 1;
+	        PERFORM notif_enqueue(i, k, k || '-' || i,
+	                    CASE WHEN k = 'otp' THEN '{"to":"+84912345678","text":"Ma OTP: 654321"}'
+	                    ELSE '{"to":"+84912345678","text":"Card *1234: -1,250,000 VND at 21:04"}' END::jsonb);
+	        INSERT INTO night_log VALUES (k, i, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+	        COMMIT;
+	        next_at := next_at + CASE WHEN poisson THEN -ln(1.0 - random()) / rate ELSE 1.0 / rate END;
+	    END LOOP;
+	END \$\$;
+	SQL
+	for lane in otp alert bulk; do
+		wait_sql "SELECT count(*) >= 1 FROM pg_stat_activity WHERE application_name = 'notif_deliver sender $lane'" 30
+	done
+}
