@@ -11,6 +11,8 @@
 #   make demo            a throwaway cluster delivering the example types (test/demo)
 #   make bench           every benchmark under test/bench; writes doc/benchmarks.md and
 #                        doc/benchmarks-peers.md (test/bench/run)
+#   make soak            an hour at a steady rate with a short retention: sizes, dead tuples,
+#                        autovacuum runs, OTP p99 a minute (test/bench/soak.sh; not in CI or bench)
 #   make bench-majors    the headline enqueue and dispatch benchmarks on 15, 17 and 18 side by
 #                        side (test/bench/majors.sh; after make test-matrix)
 #   make deb             the Debian package postgresql-N-notif-deliver for this machine's major,
@@ -102,7 +104,7 @@ ifneq ($(TAP_TESTS),)
 installcheck: $(SIM)
 endif
 
-.PHONY: test test-ha test-matrix test-upgrade demo bench bench-majors deb deb-check dist metacheck
+.PHONY: test test-ha test-matrix test-upgrade demo bench soak bench-majors deb deb-check dist metacheck
 test:
 	bash test/run
 
@@ -120,6 +122,9 @@ demo:
 
 bench:
 	bash test/bench/run
+
+soak:
+	SOAK_INSTALL=1 bash test/bench/soak.sh
 
 bench-majors:
 	bash test/bench/majors.sh

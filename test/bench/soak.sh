@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# test/bench/soak.sh: an hour without drift (issue 32), `make soak`; not in
+# CI, not in `make bench`.  The night's rig (test/bench/night_lib.sh: two
+# provider simulators with lognormal latency and 0.5% timeouts behind TLS
+# fronts, SMS over HTTP/1.1 and push over HTTP/2) at a steady fraction of
+# the night's rate for SOAK_MINUTES: promotions at SOAK_RATE per second,
+# alerts and OTPs alongside, every type with a short retention so that the
+# purge runs many times.  Every SOAK_SAMPLE seconds it records the sizes
+# of notif_job (heap), its indexes, notif_active (with its indexes) and
+# notif_attempt (with its indexes), their dead tuples, the autovacuum runs
+# on them so far, the OTP latency p99 over the sample (enqueue to the
+# provider's acceptance recorded) and the promotions finished per second.
+# At the end: whether each size levelled off (its mean over the last
+# quarter of the samples against its mean over the samples of the first
+# quarter after the first retention period and a purge; level means at
+# most SOAK_TOLERANCE, 10% by default, above), and what was lost and
+# duplicated per type from the simulators' ledgers.
+#
+#   make soak                                   installs and builds what it needs, then the hour
+#   bash test/bench/soak.sh                     the hour alone (extension installed, simulator built)
+#   SOAK_MINUTES=5 SOAK_RETENTION='1 minute' bash test/bench/soak.sh   a short check
+#
+# Environment: SOAK_INSTALL [unset; 1: install and build first, as make
+# soak does]; SOAK_MINUTES [60]; SOAK_RATE [500] promotions/s (9% of the
+# night's 5,556/s; about a quarter of what a night on this shared 2-core
+# machine sustained); SOAK_OTP_RATE [20]/s; SOAK_ALERT_RATE [50]/s;
+# SOAK_RETENTION [5 minutes]; SOAK_PURGE_INTERVAL [30s]; SOAK_SAMPLE [60]
+# s; SOAK_TOLERANCE [0.10]; SOAK_OUT (folder for soak.dat; default
+# BENCH_OUT, else the current folder); NIGHT_INFLIGHT, NIGHT_PUSH_CONNECTIONS,
+# NIGHT_TIMEOUT, NIGHT_FRONT_PORT as night.sh's; BENCH_PORT, BENCH_SIM_PORT.
+# The simulators keep every key they received (about 1 kB each with its
+# last request): an hour at 500/s is about 1.8 million keys, 2 GB.
+# Output: soak.dat, one line per sample, columns
+#   minute job_heap_kb job_index_kb active_kb attempt_kb job_dead active_dead
+#   attempt_dead job_autovacuums active_autovacuums attempt_autovacuums
+#   otp_p99_ms promo_per_s
+# the same lines on stdout as they come, then "LEVEL relation first last
+# growth_pct yes|no" per size, and RESULT lines (soak_*).
+set -euo pipefail
+# `make soak` (SOAK_INSTALL=1): first what make bench installs and builds
+if [ "${SOAK_INSTALL:-}" = 1 ]; then
+	(
+		cd "$(dirname "$0")/../.."
+		bash test/deps.sh --bench
+		make -s >/dev/null
+		make -s -C test/sim >/dev/null
+		if [ "$(id -u)" = 0 ]; then make -s install >/dev/null; else sudo make -s install >/dev/null; fi
+	)
+fi
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/night_lib.sh"
+MINUTES=${SOAK_MINUTES:-60}
+RATE=${SOAK_RATE:-500}
+OTP_RATE=${SOAK_OTP_RATE:-20}
+ALERT_RATE=${SOAK_ALERT_RATE:-50}
+RETENTION=${SOAK_RETENTION:-5 minutes}
+PURGE_INTERVAL=${SOAK_PURGE_INTERVAL:-30s}
+SAMPLE=${SOAK_SAMPLE:-60}
+TOLERANCE=${SOAK_TOLERANCE:-0.10}
+INFLIGHT=${NIGHT_INFLIGHT:-3000}
+PUSH_CONNS=${NIGHT_PUSH_CONNECTIONS:-16}
+BULK_SENDERS=1
+TIMEOUT=${NIGHT_TIMEOUT:-3}
+FRONT_SMS=${NIGHT_FRONT_PORT:-28453}
+OUT=${SOAK_OUT:-${BENCH_OUT:-.}}
+
+night_rig soak "$RETENTION" "notif_deliver.purge_interval = '$PURGE_INTERVAL'"
+retention_s=$(cluster_psql -At -c "SELECT extract(epoch FROM interval '$RETENTION')::int")
+purge_s=$(cluster_psql -At -c "SELECT extract(epoch FROM interval '$PURGE_INTERVAL')::int")
+echo "soak: $MINUTES minutes, promotions at $RATE/s, alerts at $ALERT_RATE/s, OTPs at $OTP_RATE/s;" \
+	"retention $RETENTION, purge every $PURGE_INTERVAL, a sample every ${SAMPLE}s; $(nproc) cores, $(pg_config --version)"
+
+t0=$(date +%s)
+cluster_psql -c "CALL night_trickle('otp', $OTP_RATE, true)" >"$BENCH_DIR/trickle_otp.log" 2>&1 &
+otp_pid=$!
+cluster_psql -c "CALL night_trickle('alert', $ALERT_RATE, false)" >"$BENCH_DIR/trickle_alert.log" 2>&1 &
+alert_pid=$!
+# (night_promos stops at night_stop, long before this count)
+cluster_psql -c "CALL night_promos($((RATE * (MINUTES + 10) * 60)), $RATE)" >"$BENCH_DIR/promos.log" 2>&1 &
+promo_pid=$!
+
+# one sample: sizes, dead tuples, autovacuum runs, OTP p99 and promotions
+# finished since the last sample (SINCE: its Unix time in microseconds)
+sample_sql() {
+	cat <<SQL
+SELECT pg_relation_size('notif_job') / 1024, pg_indexes_size('notif_job') / 1024,
+       pg_total_relation_size('notif_active') / 1024, pg_total_relation_size('notif_attempt') / 1024,
+       (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'notif_job'),
+       (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'notif_active'),
+       (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'notif_attempt'),
+       (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'notif_job'),
+       (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'notif_active'),
+       (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'notif_attempt'),
+       coalesce((SELECT round(percentile_disc(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM j.sent_at) * 1000 - l.t_us / 1000.0)::numeric, 1)
+                   FROM night_log l JOIN notif_job j ON j.kind = l.kind AND j.user_id = l.id
+                  WHERE l.kind = 'otp' AND l.t_us >= $1 AND j.status = 'sent'), 0),
+       (SELECT enqueued FROM night_progress)
+         - (SELECT count(*) FROM notif_active WHERE kind IN ('promo_sms', 'promo_push'))
+SQL
+}
+: >"$BENCH_DIR/soak.dat"
+echo "# minute job_heap_kb job_index_kb active_kb attempt_kb job_dead active_dead attempt_dead job_av active_av attempt_av otp_p99_ms promo_per_s"
+since_us=$(($(date +%s) * 1000000))
+last_done=0
+last_t=$(date +%s.%N)
+n=0
+while [ "$n" -lt $((MINUTES * 60 / SAMPLE)) ]; do
+	n=$((n + 1))
+	# the next sample is due SAMPLE seconds after the last one, by the clock
+	while [ "$(date +%s)" -lt $((t0 + n * SAMPLE)) ]; do
+		for p in "$otp_pid" "$alert_pid" "$promo_pid"; do
+			kill -0 "$p" 2>/dev/null || { echo "a load session ended early:" >&2; cat "$BENCH_DIR"/*.log >&2; exit 1; }
+		done
+		sleep 1
+	done
+	now_us=$(($(date +%s) * 1000000))
+	read -r jh ji ak atk jd ad atd jav aav atav p99 done_ <<<"$(cluster_psql -At -F' ' -c "$(sample_sql "$since_us")")"
+	t=$(date +%s.%N)
+	rate=$(awk -v d=$((done_ - last_done)) -v a="$t" -v b="$last_t" 'BEGIN { printf "%.0f", d / (a - b) }')
+	line="$(awk -v s="$(date +%s)" -v t0="$t0" 'BEGIN { printf "%.1f", (s - t0) / 60 }') $jh $ji $ak $atk $jd $ad $atd $jav $aav $atav $p99 $rate"
+	echo "$line" | tee -a "$BENCH_DIR/soak.dat"
+	since_us=$now_us
+	last_done=$done_
+	last_t=$t
+done
+cluster_psql -c "UPDATE night_stop SET stop = true" >/dev/null
+for p in "$promo_pid" "$otp_pid" "$alert_pid"; do wait "$p"; done
+wait_sql "$(nd_idle_sql)" 300
+mkdir -p "$OUT"
+cp "$BENCH_DIR/soak.dat" "$OUT/soak.dat"
+
+# did each size level off?  "first": the mean of the first quarter of the
+# samples taken after the first retention period and a purge; "last": the
+# mean of the last quarter of the samples
+settle=$(awk -v r="$retention_s" -v p="$purge_s" 'BEGIN { printf "%.2f", (r + 2 * p) / 60 }')
+level_all=yes
+for col in 2:notif_job 3:notif_job_indexes 4:notif_active 5:notif_attempt; do
+	c=${col%%:*}
+	name=${col#*:}
+	read -r first last growth ok <<<"$(awk -v c="$c" -v s="$settle" -v tol="$TOLERANCE" '
+		$1 >= s { v[++n] = $c }
+		END {
+			if (n < 4) { print "0 0 0 unknown"; exit }
+			q = int(n / 4); if (q < 1) q = 1
+			for (i = 1; i <= q; i++) f += v[i]
+			for (i = n - q + 1; i <= n; i++) l += v[i]
+			f /= q; l /= q
+			g = f > 0 ? (l - f) / f : 0
+			printf "%.0f %.0f %.1f %s\n", f, l, g * 100, (g <= tol ? "yes" : "no") }' "$BENCH_DIR/soak.dat")"
+	echo "LEVEL $name $first $last $growth $ok"
+	result "soak_${name}_first_kb" "$first"
+	result "soak_${name}_last_kb" "$last"
+	result "soak_${name}_growth_pct" "$growth"
+	result "soak_${name}_level" "$ok"
+	[ "$ok" = yes ] || level_all=$ok
+done
+
+# lost and duplicated per type: what the load sessions enqueued against the ledgers
+sim_get "$SIM_SMS" /ledger >"$BENCH_DIR/ledger"
+sim_get "$SIM_PUSH" /ledger >>"$BENCH_DIR/ledger"
+{
+	cluster_psql -At -F' ' -c "SELECT kind, count(*) FROM night_log GROUP BY kind"
+	# night_promos numbers them 1..enqueued, the even ones push
+	cluster_psql -At -F' ' -c "SELECT 'promo_push', enqueued / 2 FROM night_progress
+	                           UNION ALL SELECT 'promo_sms', enqueued - enqueued / 2 FROM night_progress"
+} >"$BENCH_DIR/enqueued"
+awk 'FNR == NR { n[$1] = $2; next }
+	{ split($1, k, ":"); if ($3 >= 1) { d[k[1]]++; dup[k[1]] += $3 - 1 } }
+	END { for (t in n) printf "%s %d %d %d %d\n", t, n[t], d[t], n[t] - d[t], dup[t] }' \
+	"$BENCH_DIR/enqueued" "$BENCH_DIR/ledger" | sort >"$BENCH_DIR/types"
+printf '%-11s %9s %9s %7s %10s\n' type enqueued delivered lost duplicated
+while read -r t en d l dup; do
+	printf '%-11s %9s %9s %7s %10s\n' "$t" "$en" "$d" "$l" "$dup"
+	result "soak_${t}_enqueued" "$en"
+	result "soak_${t}_lost" "$l"
+	result "soak_${t}_duplicated" "$dup"
+done <"$BENCH_DIR/types"
+echo "sizes levelled off (within $(awk -v t="$TOLERANCE" 'BEGIN { print t * 100 }')% after the first ${settle} minutes): $level_all; samples in $OUT/soak.dat"
+result soak_minutes "$MINUTES"
+result soak_rate "$RATE"
+result soak_level "$level_all"
