@@ -130,11 +130,21 @@ CREATE TABLE notif_provider (
     CONSTRAINT notif_provider_lookup_status_check
         CHECK (cardinality(lookup_found) > 0 AND NOT (lookup_found && lookup_not_found)
                AND array_position(lookup_found || lookup_not_found, NULL) IS NULL
-               AND 100 <= ALL (lookup_found || lookup_not_found) AND 599 >= ALL (lookup_found || lookup_not_found)),
+               -- found is an answer, never an error a gateway may give
+               AND 200 <= ALL (lookup_found) AND 399 >= ALL (lookup_found)
+               AND 100 <= ALL (lookup_not_found) AND 599 >= ALL (lookup_not_found)),
     CONSTRAINT notif_provider_lookup_field_values_check
         CHECK ((lookup_field IS NULL) = (lookup_found_values IS NULL)
                AND (lookup_not_found_values IS NULL OR lookup_field IS NOT NULL)
-               AND array_position(lookup_found_values || lookup_not_found_values, NULL) IS NULL)
+               AND array_position(lookup_found_values || lookup_not_found_values, NULL) IS NULL
+               -- a HEAD answer has no body to read a field in
+               AND NOT (lookup_method = 'HEAD' AND lookup_field IS NOT NULL)),
+    -- the provider's headers (its credentials) go only where its calls go:
+    -- a lookup elsewhere names its own
+    CONSTRAINT notif_provider_lookup_origin_check
+        CHECK (lookup_url IS NULL OR lookup_headers IS NOT NULL
+               OR lower(substring(lookup_url FROM '^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*'))
+                  IS NOT DISTINCT FROM lower(substring(url FROM '^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*')))
 );
 
 COMMENT ON TABLE notif_provider IS 'HTTP endpoints that notifications are delivered to';

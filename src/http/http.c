@@ -24,8 +24,9 @@
  * it, is http/sockets.c's.
  *
  * Besides the jobs' calls, the loop carries auxiliary transfers (a push
- * provider's token fetch, push/auth.c): they end in their on_done callback
- * and do not count as calls in flight.
+ * provider's token fetch, push/auth.c; a provider's status lookup,
+ * sender/lookup.c): they end in their on_done callback and do not count as
+ * calls in flight.
  *
  *-------------------------------------------------------------------------
  */
@@ -550,7 +551,7 @@ notif_http_start(NotifCall *call)
 }
 
 /*
- * Start a transfer that is not a job's call (a token fetch): it ends in
+ * Start a transfer that is not a job's call (a token fetch, a lookup): it ends in
  * call->on_done, which owns the call from then on; not counted in flight.
  */
 bool

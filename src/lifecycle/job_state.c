@@ -470,11 +470,14 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 	else if (t.row->when == COND_REPORTED)
 		t.resolution = RESOLUTION_REPORT;
 	else if (t.row->when == COND_LOOKUP_FOUND)
+	{
 		t.resolution = RESOLUTION_LOOKUP_FOUND;
+		t.no_call = true;
+	}
 	else if (outcome == OUTCOME_UNKNOWN || t.row->when == COND_DEDUP_WINDOW_PASSED ||
 			 t.row->when == COND_DEDUP_RETRY || t.row->when == COND_DEDUP_RETRY_EXHAUSTED)
 		t.resolution = RESOLUTION_NONE;
-	else if (lookup == LOOKUP_NOT_FOUND)
+	else if (lookup == LOOKUP_NOT_FOUND && outcome != OUTCOME_NOT_STARTED)
 		t.resolution = RESOLUTION_LOOKUP_NOT_FOUND; /* the retry was no copy */
 	else if (dedup->retry && dedup->started_late)
 		t.resolution = RESOLUTION_NONE; /* an at_least_once retry the window

@@ -195,6 +195,8 @@ typedef struct NotifTransition
 	NotifResolution resolution; /* what notif_job.resolved_by becomes */
 	bool		keeps_outcome;	/* notif_job.outcome stays as it was (the
 								 * call's own goes to notif_attempt) */
+	bool		no_call;		/* no call was made (a status lookup found
+								 * the message): no notif_attempt row */
 } NotifTransition;
 
 /* names, in one place (job_names.c) */

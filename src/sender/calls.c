@@ -78,8 +78,8 @@ sender_never_started(NotifCall *call, NotifOutcome outcome)
 
 /*
  * The claimed calls, once their claim has committed.  A call with a status
- * lookup to ask (lookup.c) starts that instead, holding the lookup's grant
- * too; a call that does not ask gives that grant back.
+ * lookup to ask (lookup.c) starts that instead; the lookup holds the call's
+ * grant meanwhile (the two are never in flight together).
  */
 void
 sender_start_claimed(void)
@@ -99,11 +99,7 @@ sender_start_claimed(void)
 			pg_atomic_fetch_add_u32(&sender.slot->inflight, 1);	/* asked first */
 			continue;
 		}
-		if (call->lookup_url)
-		{
-			notif_throttle_release(call->throttle, 1, true);	/* the lookup's */
-			call->lookup_url = NULL;
-		}
+		call->lookup_url = NULL;	/* not asked: the call goes ahead */
 		if (!notif_call_may_start(call->job.delivery, call->job.deadline_at, &call->job.dedup, now))
 			sender_never_started(call, OUTCOME_NOT_STARTED);
 		else if (call->refused)
@@ -119,10 +115,10 @@ sender_start_claimed(void)
 }
 
 /*
- * The calls whose status lookup ended (lookup.c), each holding two grants:
- * the lookup's goes back.  Found: the job's call is not made, the job ends
- * as accepted (alo_lookup_found).  Otherwise the call starts now, if it
- * still may.
+ * The calls whose status lookup ended (lookup.c).  Found: the job's call is
+ * not made, the job ends as accepted (alo_lookup_found).  Otherwise the call
+ * starts now, if it still may, under the grant the lookup held, taking one
+ * more of the provider's rate-limit tokens (throttle.c).
  */
 static int
 go_on_after_lookups(void)
@@ -132,7 +128,6 @@ go_on_after_lookups(void)
 
 	while ((call = sender_lookup_next_answered()) != NULL)
 	{
-		notif_throttle_release(call->throttle, 1, false);
 		call->lookup_url = NULL;
 		if (call->job.lookup == LOOKUP_FOUND)
 		{
@@ -148,7 +143,15 @@ go_on_after_lookups(void)
 			call->outcome = OUTCOME_REJECTED;
 		}
 		else if (notif_http_start(call))
+		{
+			const NotifProviderConf *provider = notif_lane_provider(sender.types, sender.n_types,
+																	call->provider);
+
+			if (provider)
+				notif_throttle_charge(call->throttle, provider, sender.lane_senders,
+									  GetCurrentTimestamp());
 			continue;			/* in flight, still counted */
+		}
 		else
 			call->outcome = OUTCOME_UNREACHED;	/* nothing was sent */
 		if (call->outcome != OUTCOME_ACCEPTED)
@@ -209,7 +212,7 @@ sender_discard_claimed(void)
 		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
 
 		dlist_delete(&call->node);
-		notif_throttle_release(call->throttle, call->lookup_url ? 2 : 1, true);
+		notif_throttle_release(call->throttle, 1, true);
 		sender_free_call(call);
 	}
 }
@@ -225,7 +228,7 @@ discard_answered(void)
 
 	while ((call = sender_lookup_next_answered()) != NULL)
 	{
-		notif_throttle_release(call->throttle, 2, false);
+		notif_throttle_release(call->throttle, 1, false);
 		pg_atomic_fetch_sub_u32(&sender.slot->inflight, 1);
 		sender_free_call(call);
 	}

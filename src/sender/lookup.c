@@ -8,17 +8,19 @@
  * with a status lookup, gets its lookup started instead of its call: one
  * more transfer of the sender's loop, on the provider's connections; the
  * job's call waits for it meanwhile, and nothing else does.  What the
- * answer says goes to the job (NotifJobRef.lookup), and the round
- * (sender/round.c) goes on from there: found, the call is not made and the
+ * answer says goes to the job (NotifJobRef.lookup), and calls.c goes on
+ * from there: found, the call is not made and the
  * job ends as the lifecycle's row alo_lookup_found says; not found, or no
  * answer to rely on (a timeout, a refusal, a 5xx, an answer that does not
  * read), the call starts as it would have without the lookup.
  *
- * A lookup holds a grant of its provider's limits of its own (max_inflight
- * and rate_limit), taken at the claim (round.c: without room for it, the
- * retry goes ahead unasked).  Its timeout is the provider's, cut to the
- * job's deadline.  Its headers carry the provider's credentials: wiped when
- * freed, never logged; its answer is read, never kept.
+ * A lookup holds its job's grant of the provider's limits (max_inflight and
+ * rate_limit: it comes before the call, never beside it), and the call
+ * after it takes one more rate-limit token.  Its timeout is the provider's,
+ * cut so that the call can still start and end before the job's deadline;
+ * when no time is left for both, the retry goes ahead unasked.  Its headers
+ * carry credentials: wiped when freed, never logged; its answer is read,
+ * never kept.
  *
  *-------------------------------------------------------------------------
  */
@@ -166,9 +168,13 @@ lookup_done(NotifCall *look)
 	}
 	else
 		call->job.lookup = LOOKUP_UNANSWERED;
-	call->http_status = look->http_status;
-	call->started_at = look->started_at;
-	call->ended_at = look->ended_at;
+	if (call->job.lookup == LOOKUP_FOUND)
+	{
+		/* what the job records: the lookup is all that happened */
+		call->http_status = look->http_status;
+		call->started_at = look->started_at;
+		call->ended_at = look->ended_at;
+	}
 	if (look->answer)
 		explicit_bzero(look->answer->data, look->answer->len);
 	MemoryContextDelete(look->cxt);
@@ -191,22 +197,27 @@ sender_lookup_start(NotifCall *call, TimestampTz now)
 	NotifCall  *look;
 	struct curl_slist *h;
 
+	long		timeout_ms = call->timeout_ms;
+
 	provider = notif_lane_provider(sender.types, sender.n_types, call->provider);
 	if (provider == NULL || provider->lookup == NULL)
 		return false;
+	if (call->job.deadline_at != 0)
+	{
+		/* the call must still be able to start and end before the deadline */
+		long		left = (long) ((call->job.deadline_at - now) / 1000) - call->timeout_ms;
+
+		if (left < 1)
+			return false;
+		timeout_ms = Min(timeout_ms, left);
+	}
 
 	cxt = AllocSetContextCreate(call->cxt, "notif_deliver lookup", ALLOCSET_SMALL_SIZES);
 	old = MemoryContextSwitchTo(cxt);
 	look = palloc0(sizeof(NotifCall));
 	look->cxt = cxt;
 	look->job = call->job;
-	look->timeout_ms = call->timeout_ms;
-	if (call->job.deadline_at != 0)
-	{
-		long		left = (long) ((call->job.deadline_at - now) / 1000);
-
-		look->timeout_ms = Max(1, Min(look->timeout_ms, left));
-	}
+	look->timeout_ms = timeout_ms;
 	look->connect_timeout_ms = call->connect_timeout_ms;
 	look->throttle = -1;
 	look->url = call->lookup_url;

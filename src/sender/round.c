@@ -148,8 +148,6 @@ claim_jobs(void)
 		int			granted,
 					n,
 					j;
-		NotifCall **asking;
-		int			n_asking;
 
 		if (type->provider.url == NULL)
 			continue;			/* not configured: its jobs wait */
@@ -184,8 +182,7 @@ claim_jobs(void)
 		sender.grant_left = granted;
 		n = notif_sql_claim(type->code, type->delivery, granted, sender.incarnation,
 							snapshot, sender.round_cxt, &jobs);
-		asking = MemoryContextAlloc(sender.round_cxt, sizeof(NotifCall *) * Max(n, 1));
-		n_asking = 0;
+
 		for (j = 0; j < n; j++)
 		{
 			NotifCall  *call;
@@ -193,24 +190,12 @@ claim_jobs(void)
 			if (jobs[j].deadline_passed)
 				continue;		/* claim_late: expired, no call */
 			call = sender_new_call(type, &jobs[j]);
-			if (call->lookup_url)
-				asking[n_asking++] = call;
 			dlist_push_tail(&sender.claimed, &call->node);
 			sender.grant_left--;
 			room--;
 		}
 		notif_throttle_release(sender.grant_slot, sender.grant_left, true);
 		sender.grant_left = 0;
-
-		/* a status lookup needs a grant of its own; without one, no lookup */
-		for (j = 0; j < n_asking; j++)
-		{
-			TimestampTz ignored;
-
-			if (notif_throttle_acquire(type->provider.throttle, &type->provider,
-									   sender.lane_senders, 1, now, &ignored) == 0)
-				asking[j]->lookup_url = NULL;
-		}
 
 		if (n == granted)
 		{

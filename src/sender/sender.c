@@ -37,6 +37,7 @@
 #include "core/ha.h"
 #include "core/pg_compat.h"
 #include "http/http.h"
+#include "sender/lookup.h"
 #include "sender/sender.h"
 #include "sender/throttle.h"
 #include "store/job_sql.h"
@@ -246,10 +247,12 @@ notif_sender_main(Datum arg)
 		now = GetCurrentTimestamp();
 		sender_report_state(now);
 		retiring = pg_atomic_read_u32(&sender.slot->retire) != 0;
-		if (retiring && notif_http_inflight() == 0 && dlist_is_empty(&sender.finished) &&
+		if (retiring && notif_http_inflight() == 0 && sender_lookups_asking() == 0 &&
+			dlist_is_empty(&sender.finished) &&
 			dlist_is_empty(&sender.passed) && dlist_is_empty(&sender.claimed))
 			sender_retire();
-		room = !retiring && notif_http_inflight() < sender_max_inflight();
+		room = !retiring &&
+			notif_http_inflight() + sender_lookups_asking() < sender_max_inflight();
 		n = WaitEventSetWait(wes, wait_timeout_ms(now, room), events, lengthof(events),
 							 PG_WAIT_EXTENSION);
 		for (i = 0; i < n; i++)
@@ -283,7 +286,8 @@ notif_sender_main(Datum arg)
 		now = GetCurrentTimestamp();
 		if (now < sender.backoff_until)
 			continue;
-		room = !retiring && notif_http_inflight() < sender_max_inflight();
+		room = !retiring &&
+			notif_http_inflight() + sender_lookups_asking() < sender_max_inflight();
 		want_claim = room && sender.claim_at <= now;
 		if (!want_claim && !sender_has_work())
 			continue;

@@ -132,8 +132,6 @@ extern bool sender_has_work(void);
 extern int	sender_max_inflight(void);
 extern void sender_round(bool want_claim);
 extern void sender_round_failed(void);
-extern void sender_drive_calls(bool sockets_ready);
-extern void sender_drop_calls(void);
 
 /* sender/calls.c */
 struct NotifClaimedJob;
@@ -143,6 +141,8 @@ extern void sender_never_started(NotifCall *call, NotifOutcome outcome);
 extern void sender_start_claimed(void);
 extern void sender_collect_finished(void);
 extern void sender_discard_claimed(void);
+extern void sender_drive_calls(bool sockets_ready);
+extern void sender_drop_calls(void);
 
 /* sender/batch.c */
 extern TimestampTz sender_record_due(bool woken);

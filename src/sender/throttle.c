@@ -277,7 +277,8 @@ notif_throttle_acquire(int handle, const NotifProviderConf *provider, int sender
 		p->refilled_at = now;
 		if (granted > (int) floor(p->tokens))
 		{
-			granted = (int) floor(p->tokens);
+			/* (tokens below 0: a debt notif_throttle_charge left) */
+			granted = Max(0, (int) floor(p->tokens));
 			*retry_at = TimestampTzPlusMilliseconds(now,
 													(int64) ceil((1.0 - (p->tokens - granted)) * 1000.0 / rate_limit));
 		}
@@ -287,6 +288,32 @@ notif_throttle_acquire(int handle, const NotifProviderConf *provider, int sender
 	unlock_slot(a);
 	a->held += granted;
 	return granted;
+}
+
+/*
+ * One more request of a call that holds its grant already (a call that a
+ * status lookup came first for: lookup.c): it takes a rate-limit token,
+ * into debt if none is left, so that the provider's rate holds on average
+ * and the next grants wait for it.  Never blocks.
+ */
+void
+notif_throttle_charge(int handle, const NotifProviderConf *provider, int senders, TimestampTz now)
+{
+	Attachment *a = &attachments[handle];
+	NotifProviderSlot *p;
+	double		rate_limit = provider->rate_limit;
+
+	if (rate_limit <= 0)
+		return;
+	p = lock_slot(a);
+	if (a->shared < 0 && senders > 1)
+		rate_limit /= senders;
+	if (p->refilled_at != 0)
+		p->tokens = Min(Max(1.0, rate_limit / 10.0),
+						p->tokens + (now - p->refilled_at) / 1000000.0 * rate_limit);
+	p->refilled_at = now;
+	p->tokens -= 1.0;
+	unlock_slot(a);
 }
 
 /*

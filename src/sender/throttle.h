@@ -17,6 +17,8 @@ extern int	notif_throttle_attach(const char *provider, NotifLaneSlot *lane);
 extern void notif_throttle_detach(int handle, NotifLaneSlot *lane);
 extern int	notif_throttle_acquire(int handle, const NotifProviderConf *provider, int senders, int want,
 								   TimestampTz now, TimestampTz *retry_at);
+extern void notif_throttle_charge(int handle, const NotifProviderConf *provider, int senders,
+								  TimestampTz now);
 extern void notif_throttle_release(int handle, int n, bool unused);
 extern void notif_throttle_pause(int handle, TimestampTz until);
 extern void notif_throttle_release_all(NotifLaneSlot *lane);

@@ -133,6 +133,7 @@ notif_record_arrays(const NotifResult *results, int n, Datum *values)
 		elems[REC_STARTED][i] = TimestampTzGetDatum(r->started_at);
 		elems[REC_ENDED][i] = TimestampTzGetDatum(r->ended_at);
 		elems[REC_ATTEMPT][i] = Int32GetDatum(r->earlier_tries + r->tries);
+		nulls[REC_ATTEMPT][i] = r->next.no_call;	/* no attempt row */
 		elems[REC_RESOLVES][i] = BoolGetDatum(r->next.resolution != RESOLUTION_KEPT);
 		elems[REC_KEEPS_OUTCOME][i] = BoolGetDatum(r->next.keeps_outcome);
 		resolved_by = notif_resolution_name(r->next.resolution);

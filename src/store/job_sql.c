@@ -144,7 +144,8 @@ static const char *const sql_claim =
  * one, with when its last call started and ended; and one notif_attempt row
  * per call (numbered across re-drives), except for a job's first call when
  * it was accepted and its job row was written: that row describes it whole
- * (the view notif_calls shows it).
+ * (the view notif_calls shows it), and a result that made no call (its
+ * attempt NULL: a status lookup found the message).
  * "r" is the results, one array per column of record_columns (the unnest
  * is written by record_sql()).
  * A job that goes back to the queue (a retry later) is queued work again
@@ -191,7 +192,7 @@ static const char *const sql_record =
 " att AS ("
 "    INSERT INTO %s.notif_attempt (job_id, try, started_at, ended_at, outcome, http_status, error)"
 "    SELECT r.id, r.attempt, r.started_at, r.ended_at, r.outcome, r.http_status, r.error"
-"      FROM r WHERE r.outcome IS NOT NULL"
+"      FROM r WHERE r.outcome IS NOT NULL AND r.attempt IS NOT NULL"
 "       AND (r.attempt <> 1 OR r.outcome <> 'accepted'"
 "            OR NOT EXISTS (SELECT FROM upd WHERE upd.id = r.id))"
 "    ON CONFLICT (job_id, try) DO NOTHING)";

@@ -30,8 +30,13 @@ $status .= '/status/{key}';
 # --- the CHECKs: bad settings are refused, naming their constraint ---
 set_provider($node, 'checks', $sim->{url});
 for my $bad (
-	[ q{lookup_url = 'http://127.0.0.1/status'}, 'notif_provider_lookup_url_check', 'a lookup_url without {key}' ],
-	[ q{lookup_url = 'ftp://127.0.0.1/{key}'}, 'notif_provider_lookup_url_check', 'a lookup_url not http(s)' ],
+	[ q{lookup_url = 'http://127.0.0.1/status', lookup_headers = '{}'}, 'notif_provider_lookup_url_check', 'a lookup_url without {key}' ],
+	[ q{lookup_url = 'ftp://127.0.0.1/{key}', lookup_headers = '{}'}, 'notif_provider_lookup_url_check', 'a lookup_url not http(s)' ],
+	[ q{lookup_url = 'https://status.example.com/{key}'}, 'notif_provider_lookup_origin_check',
+		"a lookup elsewhere than the provider's calls, with the provider's headers" ],
+	[ q{lookup_found = '{502}'}, 'notif_provider_lookup_status_check', 'an error status meaning found' ],
+	[ q{lookup_method = 'HEAD', lookup_field = 'status', lookup_found_values = '{x}'},
+		'notif_provider_lookup_field_values_check', 'a field to read in a HEAD answer' ],
 	[ q{lookup_method = 'POST'}, 'notif_provider_lookup_method_check', 'a method other than GET or HEAD' ],
 	[ q{lookup_found = '{200}', lookup_not_found = '{200,404}'}, 'notif_provider_lookup_status_check',
 		'a status both found and not found' ],
@@ -55,7 +60,7 @@ sub provider
 {
 	my ($name, $fault, %cols) = @_;
 	set_provider($node, $name, $sim->{url},
-		headers => qq('{"X-Sim-Fault": "$fault", "X-Sim-Fail-First": "1"}'),
+		headers => qq('{"X-Sim-Fault": "$fault", "X-Sim-Fail-First": "1", "X-Api-Key": "k3y-$name"}'),
 		idempotency_header => q('Idempotency-Key'),
 		timeout => q('600 ms'),
 		lookup_url => qq('$status'),
@@ -69,27 +74,30 @@ provider('p_field', 'timeout_delivered',
 	lookup_not_found_values => q('{not_found}'));
 provider('p_field_other', 'timeout_delivered',
 	lookup_field => q('status'), lookup_found_values => q('{accepted}'));
-provider('p_unreachable', 'timeout_delivered', lookup_url => q('http://127.0.0.1:1/status/{key}'));
+provider('p_unreachable', 'timeout_delivered', lookup_url => q('http://127.0.0.1:1/status/{key}'),
+	lookup_headers => q('{}'));
 provider('p_amo', 'timeout');
+# one call in flight at most: the lookup holds the job's own grant
+provider('p_one', 'timeout_delivered', max_inflight => 1, rate_limit => 1);
 
 $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
 	SELECT p, 'at_least_once', 3, 'p_' || p, '100 ms', '100 ms'
-	  FROM unnest(ARRAY['found', 'not_found', 'head', 'field', 'field_other', 'unreachable']) p;
+	  FROM unnest(ARRAY['found', 'not_found', 'head', 'field', 'field_other', 'unreachable', 'one']) p;
 	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
 	VALUES ('amo', 'at_most_once', 3, 'p_amo', '100 ms', '100 ms');
 });
 
 my $lookups0 = stats($sim)->{lookups};
 my %id;
-for my $kind (qw(found not_found head field field_other unreachable amo))
+for my $kind (qw(found not_found head field field_other unreachable amo one))
 {
 	$id{$kind} = $node->safe_psql('postgres',
 		qq{SELECT notif_enqueue(1, '$kind', 'o1', '{"to":"+84900000001","text":"$kind"}')});
 }
 ok( wait_until(
 		$node,
-		q{SELECT count(*) = 7 FROM notif_job WHERE status IN ('sent', 'failed', 'expired') AND claimed_by IS NULL}),
+		q{SELECT count(*) = 8 FROM notif_job WHERE status IN ('sent', 'failed', 'expired') AND claimed_by IS NULL}),
 	'every job finished');
 
 sub job
@@ -115,9 +123,10 @@ sub calls
 is(job('found'), 'sent accepted 2 lookup_found',
 	'alo_lookup_found: the lookup found it, the job is sent with no second call (its try went to the lookup)');
 is(ledger_of('found'), '1 1', 'found: the provider got it once');
-is(calls('found'), '1:unknown,2:accepted', 'found: the ambiguous call, then the lookup that found it, in notif_calls');
-is($node->safe_psql('postgres', qq{SELECT error FROM notif_attempt WHERE job_id = $id{found} AND try = 2}),
-	"the provider's status lookup found it: not sent again", '... which says so');
+is(calls('found'), '1:unknown',
+	'found: notif_calls shows the one call made (the lookup is no call: p and q in notif_stats stay true)');
+is($node->safe_psql('postgres', qq{SELECT last_error FROM notif_job WHERE id = $id{found}}),
+	"the provider's status lookup found it: not sent again", '... and the job says why it was not sent again');
 
 is(job('not_found'), 'sent accepted 2 lookup_not_found',
 	'not found: the retry went ahead and was accepted; resolved_by lookup_not_found');
@@ -138,10 +147,13 @@ is(ledger_of('unreachable'), '2 2', '... a duplicate, as without a lookup');
 
 is(job('amo'), 'sent unknown 1 -', 'at_most_once: never asked, never retried');
 
+is(job('one'), 'sent accepted 2 lookup_found', 'max_inflight 1, rate_limit 1/s: asked all the same, found');
+is(ledger_of('one'), '1 1', 'max_inflight 1: no second call');
+
 # found, not_found, head, field, field_other: one lookup each; no first
 # call, no at_most_once job was asked about (the unreachable one never
 # reached the simulator)
-is(stats($sim)->{lookups} - $lookups0, 5, 'the simulator answered one lookup per retried job, and no other');
+is(stats($sim)->{lookups} - $lookups0, 6, 'the simulator answered one lookup per retried job, and no other');
 
 is( $node->safe_psql('postgres', q{
 		SELECT string_agg(kind || ' ' || resolved_lookup_found || ' ' || resolved_lookup_not_found, ', ' ORDER BY kind)
@@ -149,13 +161,17 @@ is( $node->safe_psql('postgres', q{
 	'field 1 0, field_other 0 0, found 1 0, head 1 0, not_found 0 1',
 	'notif_resolved counts the jobs each answer resolved');
 
+# every grant of the providers' limits went back
+is($node->safe_psql('postgres', q{SELECT coalesce(sum(in_flight), 0) FROM notif_provider_slots()}), '0',
+	'the providers have no call in flight left: every lookup gave its grant back');
+
 # --- the sender killed while a lookup is in flight ---
 # The lookup answers after 3 s; SIGKILL of the sender meanwhile (the server
 # restarts every backend).  The job, claimed for its retry, is recovered as
 # a call cut off (lost_retry), asked about again after the restart, found:
 # no second copy.
 sim_get($sim, '/config?lookup_latency_ms=3000');
-provider('p_crash', 'timeout_delivered');
+provider('p_crash', 'timeout_delivered', timeout => q('5 s'));
 $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
 	VALUES ('crash', 'at_least_once', 4, 'p_crash', '100 ms', '100 ms')});
@@ -176,8 +192,14 @@ is(job('crash'), 'sent accepted 3 lookup_found',
 is(ledger_of('crash'), '1 1', 'crash: the provider got it once');
 cmp_ok(stats($sim)->{lookups} - $lookups1, '>=', 1, 'crash: the lookup was asked again after the restart');
 
-# nothing of the lookup reaches the log but its outcome
-my $log = slurp_file($node->logfile);
-unlike($log, qr/retrying with backoff/, 'the sender logged no error');
+# the lookups' credentials (the provider's X-Api-Key) reach no log line but
+# the statements that set them, and no table but notif_provider
+my @lines = grep { !/statement:|STATEMENT:/ } split /\n/, slurp_file($node->logfile);
+is(scalar(grep { /k3y-/ } @lines), 0, 'no credential in the server log');
+is( $node->safe_psql('postgres', q{
+		SELECT count(*) FROM notif_job WHERE last_error LIKE '%k3y-%'}) . ' '
+	  . $node->safe_psql('postgres', q{SELECT count(*) FROM notif_attempt WHERE error LIKE '%k3y-%'}),
+	'0 0', 'no credential in last_error or notif_attempt');
+unlike(join("\n", @lines), qr/retrying with backoff/, 'the sender logged no error');
 
 done_testing();
