@@ -1455,7 +1455,14 @@ SELECT t.code AS kind,
        count(j.id) FILTER (WHERE j.resolved_by = 'dedup_window') AS resolved_dedup_window,
        count(j.id) FILTER (WHERE j.resolved_by = 'report') AS resolved_report,
        count(j.id) FILTER (WHERE j.resolved_by = 'lookup_found') AS resolved_lookup_found,
-       count(j.id) FILTER (WHERE j.resolved_by = 'lookup_not_found') AS resolved_lookup_not_found
+       count(j.id) FILTER (WHERE j.resolved_by = 'lookup_not_found') AS resolved_lookup_not_found,
+       -- at_least_once jobs a report or a lookup said delivered: not sent again
+       count(j.id) FILTER (WHERE t.delivery = 'at_least_once'
+                             AND j.resolved_by IN ('report', 'lookup_found')) AS duplicates_avoided,
+       -- at_most_once jobs whose ambiguous call a retry inside the window
+       -- made certain (without it each was lost with probability 1 - q)
+       count(j.id) FILTER (WHERE t.delivery = 'at_most_once' AND j.resolved_by = 'dedup_window'
+                             AND j.status = 'sent' AND j.outcome = 'accepted') AS losses_avoided
   FROM notif_type t
   LEFT JOIN notif_job j
     ON j.kind = t.code AND j.resolved_by IS NOT NULL

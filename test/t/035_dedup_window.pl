@@ -105,6 +105,11 @@ is($node->safe_psql('postgres', q{
 		  FROM notif_resolved WHERE kind IN ('amo_dedup', 'amo_dedup_lost', 'alo_dedup', 'amo_plain')}),
 	'alo_dedup 1 0, amo_dedup 1 0, amo_dedup_lost 1 0, amo_plain 0 0',
 	'notif_resolved counts the jobs resolved by the window, per type');
+is($node->safe_psql('postgres', q{
+		SELECT string_agg(kind || ' ' || losses_avoided || ' ' || duplicates_avoided, ', ' ORDER BY kind)
+		  FROM notif_resolved WHERE kind IN ('amo_dedup', 'amo_dedup_lost', 'alo_dedup', 'amo_plain')}),
+	'alo_dedup 0 0, amo_dedup 1 0, amo_dedup_lost 1 0, amo_plain 0 0',
+	'notif_resolved: each at_most_once job retried inside the window and accepted is a loss avoided');
 
 # A retry made for the window that cannot start inside it is not made: the
 # type is paused after the first call, and resumed once the window (less

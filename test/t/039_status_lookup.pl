@@ -160,6 +160,11 @@ is( $node->safe_psql('postgres', q{
 		  FROM notif_resolved WHERE kind IN ('found', 'not_found', 'head', 'field', 'field_other')}),
 	'field 1 0, field_other 0 0, found 1 0, head 1 0, not_found 0 1',
 	'notif_resolved counts the jobs each answer resolved');
+is( $node->safe_psql('postgres', q{
+		SELECT string_agg(kind || ' ' || duplicates_avoided || ' ' || losses_avoided, ', ' ORDER BY kind)
+		  FROM notif_resolved WHERE kind IN ('found', 'not_found', 'field_other')}),
+	'field_other 0 0, found 1 0, not_found 0 0',
+	'notif_resolved: a job the lookup found is a duplicate avoided');
 
 # every grant of the providers' limits went back
 is($node->safe_psql('postgres', q{SELECT coalesce(sum(in_flight), 0) FROM notif_provider_slots()}), '0',
