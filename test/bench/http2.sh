@@ -39,28 +39,8 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -su
 sim_start main "$SIM"
 sim_pid=${_bench_sims[0]}
 
-# a front: nghttpx on PORT offering the ALPN list, logging each call's client port
-front_start() {
-	local name=$1 port=$2 alpn=$3
-	nghttpx --conf=/dev/null --workers=1 --frontend="127.0.0.1,$port" --backend="127.0.0.1,$SIM" \
-		--npn-list="$alpn" --frontend-http2-max-concurrent-streams=256 \
-		--accesslog-file="$BENCH_DIR/access_$name.log" --accesslog-format='$remote_port $alpn $status' \
-		"$BENCH_DIR/srv.key" "$BENCH_DIR/srv.crt" >"$BENCH_DIR/nghttpx_$name.log" 2>&1 &
-	_bench_sims+=($!)
-}
-front_wait() {
-	local name=$1 port=$2 i
-	for i in $(seq 1 100); do
-		(exec 7<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
-		sleep 0.05
-	done
-	echo "nghttpx $name did not start on port $port" >&2
-	cat "$BENCH_DIR/nghttpx_$name.log" >&2
-	return 1
-}
-# both listen before either is probed (a probe's own port could take the other's)
-front_start h2 "$FRONT_H2" h2
-front_start h1 "$FRONT_H1" http/1.1
+front_start h2 "$FRONT_H2" "$SIM" h2 256
+front_start h1 "$FRONT_H1" "$SIM" http/1.1 256
 front_wait h2 "$FRONT_H2"
 front_wait h1 "$FRONT_H1"
 front_pids() {	# the master and its worker

@@ -88,6 +88,31 @@ sim_get() {
 	exec 7<&-
 }
 
+# a TLS front: nghttpx on PORT for the simulator on BACK, offering the ALPN
+# list, STREAMS [100] streams per HTTP/2 connection, with BENCH_DIR's
+# srv.key and srv.crt; each call's client port logged (connections are
+# counted from it) in access_NAME.log
+front_start() {
+	local name=$1 port=$2 back=$3 alpn=$4 streams=${5:-100}
+	nghttpx --conf=/dev/null --workers=1 --frontend="127.0.0.1,$port" --backend="127.0.0.1,$back" \
+		--npn-list="$alpn" --frontend-http2-max-concurrent-streams="$streams" \
+		--accesslog-file="$BENCH_DIR/access_$name.log" --accesslog-format='$remote_port $alpn $status' \
+		"$BENCH_DIR/srv.key" "$BENCH_DIR/srv.crt" >"$BENCH_DIR/nghttpx_$name.log" 2>&1 &
+	_bench_sims+=($!)
+}
+
+# wait until the front NAME accepts connections on PORT
+front_wait() {
+	local name=$1 port=$2 i
+	for i in $(seq 1 100); do
+		(exec 7<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+		sleep 0.05
+	done
+	echo "nghttpx $name did not start on port $port" >&2
+	cat "$BENCH_DIR/nghttpx_$name.log" >&2
+	return 1
+}
+
 sim_start() {
 	local name=$1 port=$2 i
 	shift 2

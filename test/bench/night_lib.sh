@@ -44,26 +44,6 @@ night_rig() {
 	sim_pid_sms=${_bench_sims[0]}
 	sim_pid_push=${_bench_sims[1]}
 
-	# a front: nghttpx on PORT for the simulator on BACK, offering ALPN,
-	# logging each call's client port (connections are counted from it)
-	front_start() {
-		local name=$1 port=$2 back=$3 alpn=$4
-		nghttpx --conf=/dev/null --workers=1 --frontend="127.0.0.1,$port" --backend="127.0.0.1,$back" \
-			--npn-list="$alpn" --frontend-http2-max-concurrent-streams=100 \
-			--accesslog-file="$BENCH_DIR/access_$name.log" --accesslog-format='$remote_port $alpn $status' \
-			"$BENCH_DIR/srv.key" "$BENCH_DIR/srv.crt" >"$BENCH_DIR/nghttpx_$name.log" 2>&1 &
-		_bench_sims+=($!)
-	}
-	front_wait() {
-		local name=$1 port=$2 i
-		for i in $(seq 1 100); do
-			(exec 7<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
-			sleep 0.05
-		done
-		echo "nghttpx $name did not start on port $port" >&2
-		cat "$BENCH_DIR/nghttpx_$name.log" >&2
-		return 1
-	}
 	front_start sms "$FRONT_SMS" "$SIM_SMS" http/1.1
 	front_start push "$FRONT_PUSH" "$SIM_PUSH" h2
 	front_wait sms "$FRONT_SMS"

@@ -31,7 +31,8 @@
 #
 #   bash test/bench/resolve.sh
 #
-# Environment: BENCH_SCALE [1] multiplies N [RES_JOBS, 100000]; RES_P
+# Environment: BENCH_SCALE [1] multiplies N [RES_JOBS, 100000]; the rows
+# nowait and wait run min(N, 20000) jobs [RES_REPORT_JOBS]; RES_P
 # [0.005]; RES_Q [0.5]; RES_SEED [1]; DLR_MEDIAN [300] and DLR_P99 [1500]
 # (ms); RESOLVE_WAIT [2] (s); LOOKUP_FAIL [0.2]; BENCH_PORT, BENCH_SIM_PORT, BENCH_OUT: see
 # test/bench/lib.sh.  Needs the extension installed and the simulator built.
@@ -39,6 +40,11 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 N=${RES_JOBS:-$(bench_scale 100000)}
+# the rows with delivery reports time them against the backoff: their jobs
+# must not wait behind a backlog (a retry due after 125 ms then starts when
+# the backlog has drained, seconds later), nor their reports behind the
+# feeder; at most RES_REPORT_JOBS jobs each
+NR=${RES_REPORT_JOBS:-$((N < 20000 ? N : 20000))}
 P=${RES_P:-0.005}
 Q=${RES_Q:-0.5}
 SEED=${RES_SEED:-1}
@@ -72,7 +78,7 @@ SQL
 
 # "mean band" of a binomial count n * pi
 band() {
-	awk -v n="$N" -v pi="$1" 'BEGIN { s = 4 * sqrt(n * pi * (1 - pi)); printf "%.2f %.2f\n", n * pi, (s < 2 ? 2 : s) }'
+	awk -v n="$RN" -v pi="$1" 'BEGIN { s = 4 * sqrt(n * pi * (1 - pi)); printf "%.2f %.2f\n", n * pi, (s < 2 ? 2 : s) }'
 }
 
 # the share of reports in time for a retry W seconds after an ambiguous
@@ -120,7 +126,7 @@ one_run() {
 	sim_get "$SIM" /reset >/dev/null
 	sim_get "$SIM" "/config?p_timeout=$P&q=$Q&seed=$SEED&$config" >/dev/null
 	cluster_psql -c "TRUNCATE notif_job, notif_attempt, notif_dlr CASCADE" \
-		-c "SELECT count(notif_enqueue(g, '$kind', 'r1', '{\"to\":\"+84900000000\",\"text\":\"hi\"}')) FROM generate_series(1, $N) g" \
+		-c "SELECT count(notif_enqueue(g, '$kind', 'r1', '{\"to\":\"+84900000000\",\"text\":\"hi\"}')) FROM generate_series(1, $RN) g" \
 		-c "CHECKPOINT" >/dev/null
 	if [ "$feeding" = 1 ]; then feeder & fpid=$!; fi
 	t0=$SECONDS
@@ -129,7 +135,7 @@ one_run() {
 	secs=$((SECONDS - t0))
 	cluster_psql -c "UPDATE notif_type SET paused = true WHERE code = '$kind'" >/dev/null
 	if [ -n "$fpid" ]; then kill "$fpid" 2>/dev/null || true; wait "$fpid" 2>/dev/null || true; fi
-	counts=$(sim_get "$SIM" /ledger | awk -v n="$N" '{ if ($3 >= 1) got++; if ($3 > 1) dup += $3 - 1 }
+	counts=$(sim_get "$SIM" /ledger | awk -v n="$RN" '{ if ($3 >= 1) got++; if ($3 > 1) dup += $3 - 1 }
 		END { printf "%d %d\n", n - got, dup + 0 }')
 	read -r lost dup <<<"$counts"
 	echo "$lost $dup $secs"
@@ -144,8 +150,9 @@ retry_delay_sql="SELECT coalesce(round(percentile_cont(0.5) WITHIN GROUP (ORDER 
                                                      WHERE b.job_id = a.job_id AND b.try > a.try) - a.ended_at) AS d
                            FROM notif_attempt a WHERE a.outcome = 'unknown') x WHERE d IS NOT NULL"
 
-echo "resolve: $N jobs per run, p = $P, q = $Q, $(nproc) cores, $(pg_config --version)"
+echo "resolve: $N jobs per run ($NR with reports), p = $P, q = $Q, $(nproc) cores, $(pg_config --version)"
 result res_jobs "$N"
+result res_report_jobs "$NR"
 result res_p "$P"
 result res_q "$Q"
 result res_wait_s "$WAIT"
@@ -172,10 +179,10 @@ row_of() {	# tag delivery cooperation lost_theory lost dup_theory dup extra
 	# against the seed's table, no cooperation: at_most_once loses N p (1-q),
 	# at_least_once duplicates N p q; the ratio of what this row measured
 	if [ "$2" = at_most_once ]; then
-		seed=$(awk -v n="$N" -v p="$P" -v q="$Q" 'BEGIN { printf "%.1f", n * p * (1 - q) }')
+		seed=$(awk -v n="$RN" -v p="$P" -v q="$Q" 'BEGIN { printf "%.1f", n * p * (1 - q) }')
 		ratio=$(awk -v m="$5" -v d="$7" -v s="$seed" 'BEGIN { printf "%.2f", (m + d) / s }')
 	else
-		seed=$(awk -v n="$N" -v p="$P" -v q="$Q" 'BEGIN { printf "%.1f", n * p * q }')
+		seed=$(awk -v n="$RN" -v p="$P" -v q="$Q" 'BEGIN { printf "%.1f", n * p * q }')
 		ratio=$(awk -v m="$5" -v d="$7" -v s="$seed" 'BEGIN { printf "%.2f", (m + d) / s }')
 	fi
 	result "res_${tag}_seed" "$seed"
@@ -185,11 +192,13 @@ row_of() {	# tag delivery cooperation lost_theory lost dup_theory dup extra
 		"$tag" "$2" "$5" "$lt" "$lb" "$7" "$dt" "$db" "$ratio" "$seed" "$8" "$verdict"
 }
 
+RN=$N
 read -r lost dup secs <<<"$(one_run dedup "dedup_window_ms=60000&dedup_breaks=0")"
 row_of dedup at_most_once "dedup_window 1 min, honoured" "$(awk -v m="$miss" 'BEGIN { print m ^ 3 }')" "$lost" 0 "$dup" "-"
 read -r lost dup secs <<<"$(one_run breaks "dedup_window_ms=60000&dedup_breaks=1")"
 row_of breaks at_most_once "dedup_window 1 min, broken" "$(awk -v m="$miss" 'BEGIN { print m ^ 3 }')" "$lost" \
 	"$(awk -v p="$P" -v q="$Q" 'BEGIN { print p * q }')" "$dup" "-"
+RN=$NR
 read -r lost dup secs <<<"$(one_run nowait "dedup_window_ms=0&dlr_median_ms=$DLR_MEDIAN&dlr_p99_ms=$DLR_P99" 1)"
 delay=$(cluster_psql -At -c "$retry_delay_sql")
 result res_nowait_retry_delay_p50_ms "${delay% *}"
@@ -205,6 +214,7 @@ result res_wait_resolved_by_report "$resolved"
 row_of wait at_least_once "reports, resolve_wait $WAIT s" "$(awk -v m="$miss" 'BEGIN { print m ^ 3 }')" "$lost" \
 	"$(awk -v p="$P" -v q="$Q" -v f="$F" 'BEGIN { print p * q * (1 - f) }')" "$dup" "${delay% *} / ${delay#* } ms"
 echo "wait: $resolved jobs resolved by a report; reports in time (theory): $F"
+RN=$N
 read -r lost dup secs <<<"$(one_run lookup "dedup_window_ms=0&dlr_median_ms=0&p_lookup_fail=$LOOKUP_FAIL&lookup_fail_mode=503")"
 counts=$(cluster_psql -At -F ' ' -c "SELECT resolved_lookup_found, resolved_lookup_not_found FROM notif_resolved WHERE kind = 'lookup'")
 result res_lookup_fail "$LOOKUP_FAIL"
