@@ -264,7 +264,7 @@ if [ -n "${BENCH_OUT:-}" ]; then
 	cp "$BENCH_DIR/otp_lat" "$BENCH_OUT/night_otp.dat"
 	cp "$BENCH_DIR/alert_lat" "$BENCH_OUT/night_alert.dat"
 fi
-result night_scale "$BENCH_SCALE"
+result night_scale "$(awk -v n="$N" 'BEGIN { print n / 5000000 }')"	# the share of the whole night run
 result night_promotions "$N"
 result night_rate_target "$RATE"
 result night_rate_offered "$offered"
