@@ -12,9 +12,11 @@
 #
 # With FLOOD_RESOLVE=1 (flood_resolve.sh), the same night with the 1.3
 # means of resolving the unknown on: the bulk provider honours its
-# idempotency key for a minute (simulator --dedup-window-ms, provider
+# idempotency key for 24 hours (simulator --dedup-window-ms, provider
 # dedup_window; promotions get 3 tries), so the promotions' ambiguous calls
-# are retried in their lane; the OTP provider has a status lookup and the
+# are retried in their lane (after the backlog: a retry is due after the
+# jobs queued before it, so a window shorter than the flood's drain would
+# pass first); the OTP provider has a status lookup and the
 # OTP type a resolve_wait of 2 s.  Its RESULT names start with FLOOD_TAG
 # [flood_resolve] instead of flood.  Both report the promotions lost and
 # duplicated, from the bulk simulator's ledger.
@@ -32,9 +34,9 @@ GAP=${FLOOD_OTP_GAP:-0.02}
 RESOLVE=${FLOOD_RESOLVE:-0}
 if [ "$RESOLVE" = 1 ]; then
 	TAG=${FLOOD_TAG:-flood_resolve}
-	bulk_dedup=(--dedup-window-ms 60000)
+	bulk_dedup=(--dedup-window-ms 86400000)
 	promo_tries=3
-	settings="UPDATE notif_provider SET dedup_window = '1 minute' WHERE name = 'bulk_sms';
+	settings="UPDATE notif_provider SET dedup_window = '24 hours' WHERE name = 'bulk_sms';
 UPDATE notif_provider SET lookup_url = 'http://127.0.0.1:$BENCH_SIM_PORT/status/{key}' WHERE name = 'sms';
 UPDATE notif_type SET resolve_wait = '2 seconds' WHERE code = 'otp';"
 else
