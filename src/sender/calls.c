@@ -77,6 +77,25 @@ sender_never_started(NotifCall *call, NotifOutcome outcome)
 }
 
 /*
+ * Start a call whose claim has committed, if it still may: OUTCOME_NONE
+ * when it is in flight, else why it never started (nothing was sent).
+ */
+static NotifOutcome
+start_call(NotifCall *call, TimestampTz now)
+{
+	if (!notif_call_may_start(call->job.delivery, call->job.deadline_at, &call->job.dedup, now))
+		return OUTCOME_NOT_STARTED;
+	if (call->refused)
+	{
+		call->error = call->refused;	/* its provider cannot take it: no call */
+		return OUTCOME_REJECTED;
+	}
+	if (!notif_http_start(call))
+		return OUTCOME_UNREACHED;
+	return OUTCOME_NONE;
+}
+
+/*
  * The claimed calls, once their claim has committed.  A call with a status
  * lookup to ask (lookup.c) starts that instead; the lookup holds the call's
  * grant meanwhile (the two are never in flight together).
@@ -90,6 +109,7 @@ sender_start_claimed(void)
 	{
 		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
 		TimestampTz now = GetCurrentTimestamp();
+		NotifOutcome not_started;
 
 		dlist_delete(&call->node);
 		if (call->lookup_url && notif_call_may_start(call->job.delivery, call->job.deadline_at,
@@ -100,15 +120,9 @@ sender_start_claimed(void)
 			continue;
 		}
 		call->lookup_url = NULL;	/* not asked: the call goes ahead */
-		if (!notif_call_may_start(call->job.delivery, call->job.deadline_at, &call->job.dedup, now))
-			sender_never_started(call, OUTCOME_NOT_STARTED);
-		else if (call->refused)
-		{
-			call->error = call->refused;	/* its provider cannot take it: no call */
-			sender_never_started(call, OUTCOME_REJECTED);
-		}
-		else if (!notif_http_start(call))
-			sender_never_started(call, OUTCOME_UNREACHED); /* nothing was sent */
+		not_started = start_call(call, now);
+		if (not_started != OUTCOME_NONE)
+			sender_never_started(call, not_started);
 		else
 			pg_atomic_fetch_add_u32(&sender.slot->inflight, 1);
 	}
@@ -118,7 +132,8 @@ sender_start_claimed(void)
  * The calls whose status lookup ended (lookup.c).  Found: the job's call is
  * not made, the job ends as accepted (alo_lookup_found).  Otherwise the call
  * starts now, if it still may, under the grant the lookup held, taking one
- * more of the provider's rate-limit tokens (throttle.c).
+ * more of the provider's rate-limit tokens (throttle.c).  Each was counted
+ * in flight while it asked.
  */
 static int
 go_on_after_lookups(void)
@@ -128,21 +143,20 @@ go_on_after_lookups(void)
 
 	while ((call = sender_lookup_next_answered()) != NULL)
 	{
+		NotifOutcome not_started;
+
 		call->lookup_url = NULL;
 		if (call->job.lookup == LOOKUP_FOUND)
 		{
+			/* the lookup's times and status are the job's */
 			call->outcome = OUTCOME_ACCEPTED;
+			notif_throttle_release(call->throttle, 1, false);
+			dlist_push_tail(&sender.finished, &call->node);
 			found++;
 		}
-		else if (!notif_call_may_start(call->job.delivery, call->job.deadline_at, &call->job.dedup,
-									   GetCurrentTimestamp()))
-			call->outcome = OUTCOME_NOT_STARTED;
-		else if (call->refused)
-		{
-			call->error = call->refused;	/* its provider cannot take it: no call */
-			call->outcome = OUTCOME_REJECTED;
-		}
-		else if (notif_http_start(call))
+		else if ((not_started = start_call(call, GetCurrentTimestamp())) != OUTCOME_NONE)
+			sender_never_started(call, not_started);
+		else
 		{
 			const NotifProviderConf *provider = notif_lane_provider(sender.types, sender.n_types,
 																	call->provider);
@@ -152,13 +166,7 @@ go_on_after_lookups(void)
 									  GetCurrentTimestamp());
 			continue;			/* in flight, still counted */
 		}
-		else
-			call->outcome = OUTCOME_UNREACHED;	/* nothing was sent */
-		if (call->outcome != OUTCOME_ACCEPTED)
-			call->started_at = call->ended_at = GetCurrentTimestamp();
-		notif_throttle_release(call->throttle, 1, false);
 		pg_atomic_fetch_sub_u32(&sender.slot->inflight, 1);
-		dlist_push_tail(&sender.finished, &call->node);
 	}
 	return found;
 }
