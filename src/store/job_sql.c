@@ -528,13 +528,7 @@ notif_sql_record(NotifResult *results, int n, bool *passed)
 int
 notif_sql_orphans(const int64 *live, int n_live, MemoryContext cxt, NotifOrphanJob **out)
 {
-	Datum	   *live_elems = palloc(sizeof(Datum) * Max(n_live, 1));
-	Datum		values[1];
-	int			i;
-
-	for (i = 0; i < n_live; i++)
-		live_elems[i] = Int64GetDatum(live[i]);
-	values[0] = spi_array_of(live_elems, NULL, n_live, INT8OID);
+	Datum		values[1] = {spi_int8_array_of(live, n_live)};
 
 	run(PLAN_ORPHANS, values, NULL, false, SPI_OK_SELECT);
 	return notif_orphans_from_rows(cxt, out);	/* job_rows.c */
@@ -563,22 +557,17 @@ notif_sql_build_active(void)
 	return isnull ? -1 : DatumGetInt64(d);
 }
 
-/* When the earliest queued job of a type is due; 0 if none is queued. */
 /* Of ids[n], those with a delivered report, palloc'd; *n_out of them. */
 int64 *
 notif_sql_reported(const int64 *ids, int n, int *n_out)
 {
-	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
-	Datum		values[1];
-	int			i;
+	Datum		values[1] = {spi_int8_array_of(ids, n)};
 
-	for (i = 0; i < n; i++)
-		elems[i] = Int64GetDatum(ids[i]);
-	values[0] = spi_array_of(elems, NULL, n, INT8OID);
 	run(PLAN_REPORTED, values, NULL, true, SPI_OK_SELECT);
 	return spi_col_int8_array(0, 1, n_out);
 }
 
+/* When the earliest queued job of a type is due; 0 if none is queued. */
 TimestampTz
 notif_sql_next_due(const char *kind)
 {

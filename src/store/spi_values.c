@@ -100,6 +100,18 @@ spi_col_int8_array(int row, int c, int *n)
 	return out;
 }
 
+/* An int8[] of n values, as a statement's parameter. */
+Datum
+spi_int8_array_of(const int64 *v, int n)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
+	int			i;
+
+	for (i = 0; i < n; i++)
+		elems[i] = Int64GetDatum(v[i]);
+	return spi_array_of(elems, NULL, n, INT8OID);
+}
+
 /* A text[] column's elements (no NULLs, by CHECK), allocated in cxt; NULL for NULL. */
 char	  **
 spi_col_text_array(int row, int c, MemoryContext cxt, int *n)
