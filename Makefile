@@ -39,6 +39,7 @@ OBJS = \
 	src/lifecycle/job_names.o \
 	src/lifecycle/job_state.o \
 	src/lifecycle/job_state_sql.o \
+	src/http/handles.o \
 	src/http/http.o \
 	src/http/pools.o \
 	src/http/sockets.o \

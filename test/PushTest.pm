@@ -15,7 +15,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
 our @EXPORT = qw(push_rig_missing make_push_keys start_push_rig push_stats push_secrets
-  push_control front_connections wait_push_stat service_account_json apns_key_json);
+  push_control front_connections wait_push_stat service_account_json apns_key_json tls_front);
 
 my @pids;
 END { local $?; kill 'TERM', $_ for @pids; waitpid($_, 0) for @pids; }
@@ -128,15 +128,25 @@ sub start_push_rig
 		'--token-uri', "$base/token",
 		map { ("--$_", $opt{$_}) } sort keys %opt);
 	wait_port($back, 'push_sim');
-	spawn("$dir/nghttpx_$front.log", 'nghttpx', '--conf=/dev/null', '--workers=1',
-		"--frontend=127.0.0.1,$front", "--backend=127.0.0.1,$back",
-		"--accesslog-file=$rig->{accesslog}",
-		'--accesslog-format=$remote_port $alpn $method $path $status',
+	tls_front($keys, $front, $back, $rig->{accesslog},
 		"--frontend-http2-max-concurrent-streams=$streams",
-		(defined $idle ? ("--frontend-http2-read-timeout=$idle") : ()),
-		$keys->{key}, $keys->{cert});
-	wait_port($front, 'nghttpx');
+		(defined $idle ? ("--frontend-http2-read-timeout=$idle") : ()));
 	return $rig;
+}
+
+# nghttpx on port FRONT, TLS with the throwaway certificate, in front of
+# the plain http server on port BACK; each call a line of ACCESSLOG
+# ("client_port alpn method path status"), written once its answer is
+# sent; more nghttpx options after.  Returns when it accepts connections.
+sub tls_front
+{
+	my ($keys, $front, $back, $accesslog, @opt) = @_;
+	spawn("$keys->{dir}/nghttpx_$front.log", 'nghttpx', '--conf=/dev/null', '--workers=1',
+		"--frontend=127.0.0.1,$front", "--backend=127.0.0.1,$back",
+		"--accesslog-file=$accesslog",
+		'--accesslog-format=$remote_port $alpn $method $path $status',
+		@opt, $keys->{key}, $keys->{cert});
+	wait_port($front, 'nghttpx');
 }
 
 sub backend_request

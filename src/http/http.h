@@ -25,6 +25,11 @@ extern int	notif_http_inflight(void);
 extern void notif_http_release_idle(void);
 extern bool notif_http_start_aux(NotifCall *call);
 extern void notif_http_config_read(const NotifTypeConf *types, int n);
+extern int	notif_http_room(const NotifProviderConf *provider);
+
+/* handles.c */
+extern CURL *notif_http_get_handle(void);
+extern void notif_http_put_handle(CURL *easy, bool discard);
 
 /* trust.c */
 extern void notif_http_trust_defaults(CURL *easy);

@@ -10,7 +10,23 @@
  * CURLOPT_PIPEWAIT so that a call waits for a stream on an open connection
  * rather than opening another).  Should the provider answer over HTTP/1.1,
  * that cap would queue calls behind each other, so it is lifted for that
- * pool (notif_pool_answered).
+ * pool (notif_pool_answered): each call in flight then needs a connection
+ * of its own.
+ *
+ * Those connections are opened no faster than the provider answers (slow
+ * start, as TCP's): a pool whose protocol is not known yet takes at most
+ * max_connections calls (a connection each, until the first answer says
+ * whether they multiplex); over HTTP/1.x the pool's ramp, the calls it
+ * may have at once, starts at max_connections, grows with the answers
+ * while over half of it is used (by half per round trip under load:
+ * notif_pool_answered), is halved when a connection fails to open (at most once per
+ * RAMP_CUT_MS), and starts again from max_connections after
+ * RAMP_RESTART_MS without a call (the provider may have closed the idle
+ * connections).  The sender claims no more jobs for a provider than its
+ * pool's room (notif_pool_room): without it, a sender with a backlog
+ * started hundreds of TLS handshakes at once, more than a provider's front
+ * accepts in a connect timeout, and so does a provider that stalled and
+ * comes back.  Calls wait in the job table, not in libcurl.
  *
  * Plain http providers share the plain pools, HTTP/1.1, as many
  * connections as calls: a call goes to the first plain pool with fewer
@@ -50,6 +66,8 @@
 /* room too for as many retired HTTPS pools still ending their calls */
 #define MAX_POOLS (2 * MAX_HTTPS_POOLS + MAX_PLAIN_POOLS)
 #define CLOSE_NOW 1					/* close_at(): due at once */
+#define RAMP_CUT_MS 200				/* a failed connect halves the ramp once per */
+#define RAMP_RESTART_MS 10000		/* idle this long: the ramp starts again */
 
 static HttpPool pools[MAX_POOLS];
 static int	n_pools = 0;
@@ -320,8 +338,16 @@ notif_pool(int i)
 void
 notif_pool_enter(HttpPool *pool)
 {
+	if (pool->http1_seen && pool->calls == 0 && pool->unused_since != 0 &&
+		TimestampDifferenceExceeds(pool->unused_since, GetCurrentTimestamp(), RAMP_RESTART_MS))
+	{
+		pool->ramp = (int) pool->max_connections;
+		pool->ramp_credit = 0;
+	}
 	pool->calls++;
 	pool->unused_since = 0;
+	if (pool->http1_seen && 2 * pool->calls > pool->ramp)
+		pool->ramp_credit++;
 }
 
 /* A call's transfer left the pool (it ended at "when"). */
@@ -333,20 +359,92 @@ notif_pool_leave(HttpPool *pool, TimestampTz when)
 }
 
 /*
- * A job's call through the pool had an answer over this HTTP version: an
- * HTTPS provider without HTTP/2 needs a connection per call, so its cap
- * is lifted.
+ * A job's call through the pool had an answer over this HTTP version.  An
+ * HTTPS provider without HTTP/2 needs a connection per call, so libcurl's
+ * cap is lifted, and the ramp says how many calls it may have at once: one
+ * more with each answer, as long as calls were started while more than
+ * half of the ramp was in use (its credit; as TCP grows its window only
+ * while the window limits what is sent).  The answers of a full pool come
+ * back together, so the pool is never full as each is counted: the
+ * credit is taken when calls start.  Under load the ramp grows by half
+ * per round trip; a pool used below half of it never grows.
  */
 void
 notif_pool_answered(HttpPool *pool, long http_version)
 {
-	if (pool->max_connections > 0 && !pool->http1_seen &&
-		http_version != CURL_HTTP_VERSION_2_0 &&
-		http_version != CURL_HTTP_VERSION_NONE)
+	if (pool->max_connections <= 0 || http_version == CURL_HTTP_VERSION_NONE)
+		return;
+	if (http_version == CURL_HTTP_VERSION_2_0)
+	{
+		pool->h2_seen = true;
+		return;
+	}
+	if (!pool->http1_seen)
 	{
 		pool->http1_seen = true;
+		pool->ramp = (int) pool->max_connections;
 		curl_multi_setopt(pool->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
 	}
+	if (pool->ramp_credit > 0)
+	{
+		pool->ramp_credit--;
+		if (pool->ramp < notif_max_inflight)
+			pool->ramp++;
+	}
+}
+
+/*
+ * A call through the pool ended before its request went out (a connection
+ * refused, or not opened in time): over HTTP/1.x the provider, or its
+ * front, takes fewer new connections than the ramp let open, so it is
+ * halved, once per RAMP_CUT_MS (the calls that were opening together fail
+ * together).
+ */
+void
+notif_pool_unreached(HttpPool *pool, TimestampTz when)
+{
+	if (!pool->http1_seen)
+		return;
+	if (pool->ramp_cut_at != 0 && !TimestampDifferenceExceeds(pool->ramp_cut_at, when, RAMP_CUT_MS))
+		return;
+	pool->ramp = Max((int) pool->max_connections, pool->ramp / 2);
+	pool->ramp_credit = 0;
+	pool->ramp_cut_at = when;
+}
+
+/*
+ * How many more calls to a provider its pool takes now without opening
+ * connections faster than the ramp (see the top of the file); INT_MAX for
+ * no limit (plain http, or an HTTPS provider that multiplexes).
+ */
+int
+notif_pool_room(const char *provider, const char *url, int max_connections)
+{
+	int			live = 0;
+	int			i;
+
+	if (url == NULL || pg_strncasecmp(url, "https://", 8) != 0 || provider == NULL || !provider[0])
+		return INT_MAX;
+	for (i = 0; i < n_pools; i++)
+	{
+		HttpPool   *pool = &pools[i];
+
+		if (pool->multi == NULL || pool->provider[0] == '\0')
+			continue;
+		if (!pool->retired)
+			live++;
+		if (strcmp(pool->provider, provider) != 0)
+			continue;
+		if (pool->h2_seen)
+			return INT_MAX;
+		if (pool->http1_seen)
+			return pool->ramp - pool->calls;
+		return max_connections - pool->calls;
+	}
+	if (live >= MAX_HTTPS_POOLS)
+		return INT_MAX;			/* its calls go through the plain pools */
+	/* no connection yet: learn whether they multiplex first */
+	return max_connections;
 }
 
 /* When a pool next wants driving: libcurl's timer, or a spare pool's close; 0 for never. */

@@ -21,6 +21,10 @@ typedef struct HttpPool
 	TimestampTz timer_at;		/* 0: no libcurl timer pending */
 	long		max_connections;	/* 0: no cap */
 	bool		http1_seen;		/* answered over HTTP/1.x: cap lifted */
+	bool		h2_seen;		/* answered over HTTP/2 */
+	int			ramp;			/* HTTP/1.x: calls it may have at once */
+	int			ramp_credit;	/* calls started while over half of it was used */
+	TimestampTz ramp_cut_at;	/* when a refused connection last cut it */
 	int			calls;			/* transfers in it now */
 	TimestampTz unused_since;	/* calls fell to 0 then; 0: in use, or closed */
 	bool		retired;		/* its provider left the lane: closes when unused */
@@ -33,6 +37,8 @@ extern HttpPool *notif_pool_for(NotifCall *call);
 extern void notif_pool_enter(HttpPool *pool);
 extern void notif_pool_leave(HttpPool *pool, TimestampTz when);
 extern void notif_pool_answered(HttpPool *pool, long http_version);
+extern void notif_pool_unreached(HttpPool *pool, TimestampTz when);
+extern int	notif_pool_room(const char *provider, const char *url, int max_connections);
 extern TimestampTz notif_pools_next_at(void);
 extern void notif_pools_close_unused(TimestampTz now);
 extern void notif_pools_keep_only(const NotifTypeConf *types, int n);

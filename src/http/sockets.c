@@ -40,12 +40,17 @@
 #include "postgres.h"
 
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "utils/memutils.h"
 
+#include "core/notif_deliver.h"
 #include "http/http.h"
+
+/* files beyond max_inflight: PostgreSQL's own, libcurl's, the lookups' */
+#define FD_HEADROOM 64
 
 typedef struct SockState
 {
@@ -59,10 +64,42 @@ static int	sockets_epfd = -1;
 static SockState *socks = NULL;
 static int	n_socks = 0;
 
+/*
+ * A call over HTTP/1.1 holds a connection, a file descriptor, of its own,
+ * and a lane may have notif_deliver.max_inflight calls in flight: more
+ * than the soft limit of 1,024 open files that systemd gives a service by
+ * default.  The sender raises its own soft limit to the hard one (as
+ * servers that hold many connections do; the postmaster's is unchanged,
+ * and PostgreSQL's own files stay within max_files_per_process), and says
+ * once when even that is short of max_inflight and some headroom.
+ */
+static void
+raise_fd_limit(void)
+{
+	struct rlimit rl;
+	rlim_t		wanted = (rlim_t) notif_max_inflight + FD_HEADROOM;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return;
+	if (rl.rlim_cur < rl.rlim_max)
+	{
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0 && getrlimit(RLIMIT_NOFILE, &rl) != 0)
+			return;
+	}
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < wanted)
+		ereport(WARNING,
+				(errmsg("notif_deliver: this sender may open %lu files, fewer than the %lu that notif_deliver.max_inflight = %d may need",
+						(unsigned long) rl.rlim_cur, (unsigned long) wanted, notif_max_inflight),
+				 errdetail("Each call to a provider that answers over HTTP/1.1 holds a connection; calls beyond the limit fail to connect and are made again later."),
+				 errhint("Raise the server's hard limit on open files (LimitNOFILE in its systemd unit, or ulimit -Hn), or lower notif_deliver.max_inflight.")));
+}
+
 void
 notif_http_sockets_init(int epfd)
 {
 	sockets_epfd = epfd;
+	raise_fd_limit();
 }
 
 /* fd's entry, the table grown to hold it if need be; NULL if it cannot */

@@ -191,6 +191,12 @@ sender_collect_finished(void)
 		pg_atomic_fetch_sub_u32(&sender.slot->inflight, 1);
 		pg_atomic_fetch_add_u64(&sender.slot->sent, 1);
 		dlist_push_tail(&sender.finished, &call->node);
+		if (sender.claim_when_call_ends)
+		{
+			/* its pool has room again, maybe more (it answered: the ramp grew) */
+			sender.claim_when_call_ends = false;
+			sender.claim_at = 0;
+		}
 	}
 	if (sent > 0)
 		notif_count_sent(sender.slot, sent);

@@ -116,6 +116,26 @@ reload_config(void)
 }
 
 /*
+ * The calls type i's provider takes now (notif_http_room), less those
+ * claimed for it this round and not yet started (claimed[k] for the
+ * types before i; types may share a provider).
+ */
+static int
+pool_room_left(int i, const int *claimed)
+{
+	const NotifProviderConf *p = &sender.types[i].provider;
+	int			room = notif_http_room(p);
+	int			k;
+
+	if (room == INT_MAX)
+		return room;
+	for (k = 0; k < i; k++)
+		if (claimed[k] > 0 && strcmp(sender.types[k].provider.name, p->name) == 0)
+			room -= claimed[k];
+	return room;
+}
+
+/*
  * Claim due jobs, type by type in priority order, within the lane's room
  * and each provider's limits.  The calls are started after the commit.
  */
@@ -126,6 +146,7 @@ claim_jobs(void)
 	TimestampTz next = TimestampTzPlusMilliseconds(now, notif_poll_interval_ms);
 	int			room = sender_max_inflight() - notif_http_inflight() - sender_lookups_asking();
 	bool		more = false;
+	int		   *claimed;
 	int			i;
 	Snapshot	snapshot;
 
@@ -139,13 +160,16 @@ claim_jobs(void)
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	if (pg_atomic_read_u64(&notif_shared->config_generation) != sender.config_generation)
 		reload_config();
+	claimed = palloc0(sizeof(int) * Max(sender.n_types, 1));
 
 	for (i = 0; i < sender.n_types; i++)
 	{
 		NotifTypeConf *type = &sender.types[i];
 		NotifClaimedJob *jobs;
 		TimestampTz retry_at;
-		int			granted,
+		int			want,
+					pool_room,
+					granted,
 					n,
 					j;
 
@@ -171,8 +195,17 @@ claim_jobs(void)
 			more = true;
 			break;
 		}
+		want = Min(room, notif_batch_size);
+		pool_room = pool_room_left(i, claimed);
+		if (pool_room <= 0)
+		{
+			/* its connections open no faster than it answers: when one does */
+			sender.claim_when_call_ends = true;
+			continue;
+		}
+		want = Min(want, pool_room);
 		granted = notif_throttle_acquire(type->provider.throttle, &type->provider, sender.lane_senders,
-										 Min(room, notif_batch_size), now, &retry_at);
+										 want, now, &retry_at);
 		if (retry_at != 0 && retry_at < next)
 			next = retry_at;
 		if (granted == 0)
@@ -193,11 +226,14 @@ claim_jobs(void)
 			dlist_push_tail(&sender.claimed, &call->node);
 			sender.grant_left--;
 			room--;
+			claimed[i]++;
 		}
 		notif_throttle_release(sender.grant_slot, sender.grant_left, true);
 		sender.grant_left = 0;
 
-		if (n == granted)
+		if (n == granted && granted == want && want == pool_room)
+			sender.claim_when_call_ends = true; /* the pool is full now */
+		else if (n == granted)
 		{
 			/*
 			 * There may be more due: claim again as soon as there is room

@@ -109,6 +109,7 @@ typedef struct NotifSender
 
 	/* when to claim next (0: as soon as there is room), and error backoff */
 	TimestampTz claim_at;
+	bool		claim_when_call_ends;	/* a provider's pool was full (http/pools.c) */
 	TimestampTz record_at;		/* a round held back for more results (sender/batch.c) */
 	TimestampTz backoff_until;
 	int			n_errors;
