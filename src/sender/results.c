@@ -48,13 +48,14 @@ make_result(NotifResult *r, NotifEvent event, const NotifJobRef *job,
 StaticAssertDecl(NOTIF_MAX_LANES_LIMIT * sizeof(int64) <= 8192,
 				 "one incarnation per lane must fit on a sender's stack");
 
+/* is v one of list's n?  (a live incarnation; a job a report came for) */
 static bool
-is_live(int64 incarnation, const int64 *live, int n_live)
+in_list(int64 v, const int64 *list, int n)
 {
 	int			i;
 
-	for (i = 0; i < n_live; i++)
-		if (live[i] == incarnation)
+	for (i = 0; i < n; i++)
+		if (list[i] == v)
 			return true;
 	return false;
 }
@@ -81,7 +82,6 @@ sender_recover_orphans(void)
 	int			n_reported = 0;
 	int			n,
 				i,
-				j,
 				k = 0;
 
 	n = notif_sql_orphans(live, n_live, sender.round_cxt, &orphans);
@@ -98,14 +98,12 @@ sender_recover_orphans(void)
 	for (i = 0; i < n; i++)
 	{
 		NotifOrphanJob *o = &orphans[i];
-		bool		was_reported = false;
 
-		if (is_live(o->job.claimed_by, live, n_live))
+		if (in_list(o->job.claimed_by, live, n_live))
 			continue;
-		for (j = 0; j < n_reported && !was_reported; j++)
-			was_reported = (reported[j] == o->job.id);
 		make_result(&results[k++], EVENT_SENDER_LOST, &o->job, OUTCOME_UNKNOWN, 0, NULL,
-					o->claimed_at ? o->claimed_at : now, now, 0, now, was_reported);
+					o->claimed_at ? o->claimed_at : now, now, 0, now,
+					in_list(o->job.id, reported, n_reported));
 	}
 	if (k == 0)
 		return;
@@ -185,12 +183,8 @@ sender_finished_results(NotifResult **out)
 		int64		retry_after = (call->http_status == 429 || call->http_status == 503)
 		? call->retry_after_ms : 0;
 		const char *error = call->error;
-		bool		was_reported = false;
-		int			k;
-
-		if (call->outcome == OUTCOME_UNKNOWN)
-			for (k = 0; k < n_reported && !was_reported; k++)
-				was_reported = (reported[k] == call->job.id);
+		bool		was_reported = call->outcome == OUTCOME_UNKNOWN &&
+			in_list(call->job.id, reported, n_reported);
 
 		/* an at_least_once retry made for the window that started after it */
 		call->job.dedup.started_late = call->job.dedup.retry && call->started_at != 0 &&
