@@ -42,6 +42,7 @@ OBJS = \
 	src/http/handles.o \
 	src/http/http.o \
 	src/http/pools.o \
+	src/http/ramp.o \
 	src/http/sockets.o \
 	src/http/trust.o \
 	src/push/answer.o \

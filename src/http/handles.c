@@ -30,10 +30,11 @@
  * after it, were about a sixth of libcurl's work per call, together with
  * the URL parsed per call (doc/benchmarks.md, "Levers on libcurl's own
  * work per call").  What every call sets alike is set once per handle
- * (handle_defaults).  http.c's start() sets every other option for each call, the
- * ones a call does not use back to what a new handle has (or, for a body's
- * pointers, to NULL), so that no call inherits one from the call before;
- * and notif_http_put_handle() unsets the pointers into the call that ended.
+ * (handle_defaults).  http.c's start() sets every other option for each
+ * call, the ones a call does not use back to what a new handle has (or,
+ * for a body's pointers, to NULL), so that no call inherits one from the
+ * call before; and notif_http_put_handle() unsets the pointers into the
+ * call that ended.
  *
  * A handle whose transfer failed, or was sent again by libcurl (a re-send
  * on another connection after a kept-alive one died, or a stream the
@@ -70,11 +71,13 @@ handle_defaults(CURL *easy)
 	curl_easy_setopt(easy, CURLOPT_READFUNCTION, read_cb);
 
 	/*
-	 * A handle keeps its buffers for its life, and a busy sender keeps as
-	 * many handles as it had calls in flight: libcurl's defaults (16 kB to
-	 * receive, 64 kB to send a body read through read_cb) were most of a
-	 * bulk sender's memory, for answers and bodies of a few hundred bytes.
-	 * A longer one only takes more reads.
+	 * libcurl 7.88 (Debian 12's) keeps a handle's buffers for its life,
+	 * and a busy sender keeps as many handles as it had calls in flight:
+	 * the defaults (16 kB to receive, 64 kB to send a body read through
+	 * read_cb) were a fifth of a bulk sender's memory, for answers and
+	 * bodies of a few hundred bytes.  A longer one only takes more reads.
+	 * (Later libcurl may share the receive buffer between a multi
+	 * handle's transfers; the sizes are within its limits either way.)
 	 */
 	curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, (long) HANDLE_RECV_BUFFER);
 	curl_easy_setopt(easy, CURLOPT_UPLOAD_BUFFERSIZE, (long) HANDLE_SEND_BUFFER);

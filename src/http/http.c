@@ -43,7 +43,6 @@
 #include "http/http.h"
 #include "http/pools.h"
 
-
 static int	epfd = -1;
 static int	n_inflight = 0;
 static dlist_head inflight_calls = DLIST_STATIC_INIT(inflight_calls);
@@ -112,8 +111,8 @@ notif_http_timeout_ms(void)
 
 /*
  * A call's transfer leaves its pool (it ended at "when"): the handle goes
- * back to the idle ones unless "discard" (http/handles.c), its request is freed,
- * and a pool left without calls counts as unused from then.
+ * back to the idle ones unless "discard" (http/handles.c), its request is
+ * freed, and a pool left without calls counts as unused from then.
  */
 static void
 leave_pool(NotifCall *call, TimestampTz when, bool discard)
@@ -158,11 +157,11 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 		MemoryContextSwitchTo(old);
 	}
 
-	/* the HTTP version a provider answers a job's call over */
+	/* what a job's call says of its provider's connections (http/ramp.c) */
 	if (call->on_done == NULL && call->http_status != 0)
-		notif_pool_answered(pool, call->http_version);
-	else if (result != CURLE_OK && request_size == 0 && call->body_sent == 0)
-		notif_pool_unreached(pool, call->ended_at);
+		notif_ramp_answered(pool, call->http_version, call->ended_at);
+	else if (call->on_done == NULL && result != CURLE_OK)
+		notif_ramp_failed(pool, request_size > 0 || call->body_sent > 0, call->ended_at);
 
 	leave_pool(call, call->ended_at, result != CURLE_OK || resent > 0);
 	dlist_delete(&call->node);
@@ -403,7 +402,7 @@ start(NotifCall *call)
 		return false;
 	}
 	call->pool = pool->index;
-	notif_pool_enter(pool);
+	notif_pool_enter(pool, call->on_done == NULL);
 	dlist_push_tail(&inflight_calls, &call->node);
 	/* libcurl now asks for a 0 ms timer: the next notif_http_drive() starts it */
 	return true;

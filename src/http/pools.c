@@ -13,20 +13,8 @@
  * pool (notif_pool_answered): each call in flight then needs a connection
  * of its own.
  *
- * Those connections are opened no faster than the provider answers (slow
- * start, as TCP's): a pool whose protocol is not known yet takes at most
- * max_connections calls (a connection each, until the first answer says
- * whether they multiplex); over HTTP/1.x the pool's ramp, the calls it
- * may have at once, starts at max_connections, grows with the answers
- * while over half of it is used (by half per round trip under load:
- * notif_pool_answered), is halved when a connection fails to open (at most once per
- * RAMP_CUT_MS), and starts again from max_connections after
- * RAMP_RESTART_MS without a call (the provider may have closed the idle
- * connections).  The sender claims no more jobs for a provider than its
- * pool's room (notif_pool_room): without it, a sender with a backlog
- * started hundreds of TLS handshakes at once, more than a provider's front
- * accepts in a connect timeout, and so does a provider that stalled and
- * comes back.  Calls wait in the job table, not in libcurl.
+ * Those connections open no faster than the provider answers: the pool's
+ * slow start, and the room it leaves for more calls, are http/ramp.c's.
  *
  * Plain http providers share the plain pools, HTTP/1.1, as many
  * connections as calls: a call goes to the first plain pool with fewer
@@ -55,6 +43,7 @@
  */
 #include "postgres.h"
 
+#include "common/hashfn.h"
 #include "utils/timestamp.h"
 
 #include "http/http.h"
@@ -66,8 +55,6 @@
 /* room too for as many retired HTTPS pools still ending their calls */
 #define MAX_POOLS (2 * MAX_HTTPS_POOLS + MAX_PLAIN_POOLS)
 #define CLOSE_NOW 1					/* close_at(): due at once */
-#define RAMP_CUT_MS 200				/* a failed connect halves the ramp once per */
-#define RAMP_RESTART_MS 10000		/* idle this long: the ramp starts again */
 
 static HttpPool pools[MAX_POOLS];
 static int	n_pools = 0;
@@ -247,53 +234,87 @@ notif_pools_keep_only(const NotifTypeConf *types, int n)
 	notif_pools_close_unused(GetCurrentTimestamp());
 }
 
+/*
+ * The open HTTPS pool of a provider, or NULL; *closed (if asked) gets a
+ * closed HTTPS slot that another provider may take, or -1.
+ */
+static HttpPool *
+https_pool(const char *provider, int *closed)
+{
+	int			i;
+
+	if (closed)
+		*closed = -1;
+	for (i = 0; i < n_pools; i++)
+	{
+		HttpPool   *pool = &pools[i];
+
+		if (pool->provider[0] == '\0')
+			continue;
+		if (pool->multi == NULL)
+		{
+			/* a retired provider's slot, closed: free for any */
+			if (closed && *closed < 0)
+				*closed = i;
+			continue;
+		}
+		if (strcmp(pool->provider, provider) == 0)
+			return pool;
+	}
+	return NULL;
+}
+
+/* May another HTTPS provider have a pool?  (Else its calls go plain.) */
+static bool
+can_open_https_pool(void)
+{
+	int			live = 0;	/* open, not retired */
+	bool		closed = false;
+	int			i;
+
+	for (i = 0; i < n_pools; i++)
+	{
+		if (pools[i].provider[0] == '\0')
+			continue;
+		if (pools[i].multi == NULL)
+			closed = true;
+		else if (!pools[i].retired)
+			live++;
+	}
+	return live < MAX_HTTPS_POOLS &&
+		(closed || n_pools - n_plain_pools < MAX_POOLS - MAX_PLAIN_POOLS);
+}
+
 /* The pool of a call: its provider's if it is HTTPS (and there is room). */
 HttpPool *
 notif_pool_for(NotifCall *call)
 {
 	bool		https = pg_strncasecmp(call->url, "https://", 8) == 0;
-	int			i;
 
 	if (https && call->provider && call->provider[0])
 	{
-		int			closed = -1;
-		int			live = 0;	/* open, not retired */
+		int			closed;
+		HttpPool   *pool = https_pool(call->provider, &closed);
 
-		for (i = 0; i < n_pools; i++)
+		if (pool)
 		{
-			HttpPool   *pool = &pools[i];
-
-			if (pool->provider[0] == '\0')
-				continue;
-			if (pool->multi == NULL)
+			/* max_connections changed (the cap stays lifted over HTTP/1.1) */
+			if (pool->max_connections != call->max_connections)
 			{
-				/* a retired provider's slot, closed: free for any */
-				if (closed < 0)
-					closed = i;
-				continue;
+				pool->max_connections = call->max_connections;
+				if (!pool->http1_seen)
+					curl_multi_setopt(pool->multi, CURLMOPT_MAX_HOST_CONNECTIONS,
+									  (long) call->max_connections);
+				else
+					pool->ramp = Max(pool->ramp, call->max_connections);
 			}
-			if (!pool->retired)
-				live++;
-			if (strcmp(pool->provider, call->provider) == 0)
-			{
-				/* max_connections changed (the cap stays lifted over HTTP/1.1) */
-				if (pool->max_connections != call->max_connections)
-				{
-					pool->max_connections = call->max_connections;
-					if (!pool->http1_seen)
-						curl_multi_setopt(pool->multi, CURLMOPT_MAX_HOST_CONNECTIONS,
-										  (long) call->max_connections);
-				}
-				return pool;
-			}
+			return pool;
 		}
-		if (live < MAX_HTTPS_POOLS)
+		if (can_open_https_pool())
 		{
-			HttpPool   *pool = NULL;
-
 			if (closed >= 0 && open_pool(closed, call->provider, call->max_connections))
 				pool = &pools[closed];
-			else if (closed < 0 && n_pools - n_plain_pools < MAX_POOLS - MAX_PLAIN_POOLS)
+			else if (closed < 0)
 				pool = new_pool(call->provider, call->max_connections);
 			if (pool)
 			{
@@ -334,20 +355,13 @@ notif_pool(int i)
 	return &pools[i];
 }
 
-/* A call's transfer was added to the pool. */
+/* A call's transfer was added to the pool (job_call: not a lookup or a token fetch). */
 void
-notif_pool_enter(HttpPool *pool)
+notif_pool_enter(HttpPool *pool, bool job_call)
 {
-	if (pool->http1_seen && pool->calls == 0 && pool->unused_since != 0 &&
-		TimestampDifferenceExceeds(pool->unused_since, GetCurrentTimestamp(), RAMP_RESTART_MS))
-	{
-		pool->ramp = (int) pool->max_connections;
-		pool->ramp_credit = 0;
-	}
 	pool->calls++;
+	notif_ramp_enter(pool, job_call, GetCurrentTimestamp());
 	pool->unused_since = 0;
-	if (pool->http1_seen && 2 * pool->calls > pool->ramp)
-		pool->ramp_credit++;
 }
 
 /* A call's transfer left the pool (it ended at "when"). */
@@ -359,92 +373,24 @@ notif_pool_leave(HttpPool *pool, TimestampTz when)
 }
 
 /*
- * A job's call through the pool had an answer over this HTTP version.  An
- * HTTPS provider without HTTP/2 needs a connection per call, so libcurl's
- * cap is lifted, and the ramp says how many calls it may have at once: one
- * more with each answer, as long as calls were started while more than
- * half of the ramp was in use (its credit; as TCP grows its window only
- * while the window limits what is sent).  The answers of a full pool come
- * back together, so the pool is never full as each is counted: the
- * credit is taken when calls start.  Under load the ramp grows by half
- * per round trip; a pool used below half of it never grows.
- */
-void
-notif_pool_answered(HttpPool *pool, long http_version)
-{
-	if (pool->max_connections <= 0 || http_version == CURL_HTTP_VERSION_NONE)
-		return;
-	if (http_version == CURL_HTTP_VERSION_2_0)
-	{
-		pool->h2_seen = true;
-		return;
-	}
-	if (!pool->http1_seen)
-	{
-		pool->http1_seen = true;
-		pool->ramp = (int) pool->max_connections;
-		curl_multi_setopt(pool->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
-	}
-	if (pool->ramp_credit > 0)
-	{
-		pool->ramp_credit--;
-		if (pool->ramp < notif_max_inflight)
-			pool->ramp++;
-	}
-}
-
-/*
- * A call through the pool ended before its request went out (a connection
- * refused, or not opened in time): over HTTP/1.x the provider, or its
- * front, takes fewer new connections than the ramp let open, so it is
- * halved, once per RAMP_CUT_MS (the calls that were opening together fail
- * together).
- */
-void
-notif_pool_unreached(HttpPool *pool, TimestampTz when)
-{
-	if (!pool->http1_seen)
-		return;
-	if (pool->ramp_cut_at != 0 && !TimestampDifferenceExceeds(pool->ramp_cut_at, when, RAMP_CUT_MS))
-		return;
-	pool->ramp = Max((int) pool->max_connections, pool->ramp / 2);
-	pool->ramp_credit = 0;
-	pool->ramp_cut_at = when;
-}
-
-/*
  * How many more calls to a provider its pool takes now without opening
- * connections faster than the ramp (see the top of the file); INT_MAX for
- * no limit (plain http, or an HTTPS provider that multiplexes).
+ * connections faster than http/ramp.c allows; INT_MAX for no limit (plain
+ * http, an HTTPS provider that multiplexes, or one whose calls go through
+ * the plain pools).
  */
 int
 notif_pool_room(const char *provider, const char *url, int max_connections)
 {
-	int			live = 0;
-	int			i;
+	HttpPool   *pool;
 
-	if (url == NULL || pg_strncasecmp(url, "https://", 8) != 0 || provider == NULL || !provider[0])
+	if (url == NULL || pg_strncasecmp(url, "https://", 8) != 0 ||
+		provider == NULL || !provider[0])
 		return INT_MAX;
-	for (i = 0; i < n_pools; i++)
-	{
-		HttpPool   *pool = &pools[i];
-
-		if (pool->multi == NULL || pool->provider[0] == '\0')
-			continue;
-		if (!pool->retired)
-			live++;
-		if (strcmp(pool->provider, provider) != 0)
-			continue;
-		if (pool->h2_seen)
-			return INT_MAX;
-		if (pool->http1_seen)
-			return pool->ramp - pool->calls;
-		return max_connections - pool->calls;
-	}
-	if (live >= MAX_HTTPS_POOLS)
-		return INT_MAX;			/* its calls go through the plain pools */
-	/* no connection yet: learn whether they multiplex first */
-	return max_connections;
+	pool = https_pool(provider, NULL);
+	if (pool == NULL)
+		return can_open_https_pool() ? max_connections : INT_MAX;
+	return notif_ramp_room(pool, hash_bytes((const unsigned char *) url, strlen(url)) | 1,
+						   GetCurrentTimestamp());
 }
 
 /* When a pool next wants driving: libcurl's timer, or a spare pool's close; 0 for never. */

@@ -66,6 +66,20 @@ sender_free_call(NotifCall *call)
 }
 
 
+/*
+ * A provider's pool has room again (a call ended, or a claimed job made no
+ * call): claim now if a claim stopped at a full pool (http/ramp.c).
+ */
+static void
+room_freed(void)
+{
+	if (sender.claim_when_call_ends)
+	{
+		sender.claim_when_call_ends = false;
+		sender.claim_at = 0;
+	}
+}
+
 /* A claimed call that never started: record it with this outcome. */
 void
 sender_never_started(NotifCall *call, NotifOutcome outcome)
@@ -74,6 +88,7 @@ sender_never_started(NotifCall *call, NotifOutcome outcome)
 	call->started_at = call->ended_at = GetCurrentTimestamp();
 	notif_throttle_release(call->throttle, 1, false);
 	dlist_push_tail(&sender.finished, &call->node);
+	room_freed();
 }
 
 /*
@@ -152,6 +167,7 @@ go_on_after_lookups(void)
 			call->outcome = OUTCOME_ACCEPTED;
 			notif_throttle_release(call->throttle, 1, false);
 			dlist_push_tail(&sender.finished, &call->node);
+			room_freed();
 			found++;
 		}
 		else if ((not_started = start_call(call, GetCurrentTimestamp())) != OUTCOME_NONE)
@@ -191,12 +207,7 @@ sender_collect_finished(void)
 		pg_atomic_fetch_sub_u32(&sender.slot->inflight, 1);
 		pg_atomic_fetch_add_u64(&sender.slot->sent, 1);
 		dlist_push_tail(&sender.finished, &call->node);
-		if (sender.claim_when_call_ends)
-		{
-			/* its pool has room again, maybe more (it answered: the ramp grew) */
-			sender.claim_when_call_ends = false;
-			sender.claim_at = 0;
-		}
+		room_freed();
 	}
 	if (sent > 0)
 		notif_count_sent(sender.slot, sent);

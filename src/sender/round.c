@@ -231,8 +231,8 @@ claim_jobs(void)
 		notif_throttle_release(sender.grant_slot, sender.grant_left, true);
 		sender.grant_left = 0;
 
-		if (n == granted && granted == want && want == pool_room)
-			sender.claim_when_call_ends = true; /* the pool is full now */
+		if (claimed[i] >= pool_room)
+			sender.claim_when_call_ends = true; /* its calls fill the pool */
 		else if (n == granted)
 		{
 			/*

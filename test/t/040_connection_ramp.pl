@@ -1,20 +1,24 @@
 # 040_connection_ramp.pl: an HTTPS provider that answers over HTTP/1.1
 # needs a connection per call in flight, and the sender opens them no
-# faster than the provider answers (http/pools.c, slow start): at most
-# max_connections before the first answer, then one more per answer that
-# came while the pool was full.  Without it, a sender with a backlog opened
-# a TLS connection for every call it could have in flight at once (the
-# night's 2,648 connections, hundreds failing their connect timeout).
+# faster than the provider answers (http/ramp.c, slow start): at most
+# max_connections before the first answer, then one more per answer while
+# the pool is busy.  Without it, a sender with a backlog opened a TLS
+# connection for every call it could have in flight at once (the night's
+# 2,648 connections, hundreds failing their connect timeout).
 #
 # 120 jobs wait when the provider comes in; it answers each call after
-# 400 ms, behind an nghttpx TLS front that speaks HTTP/1.1 only.  While they
-# go out, the connections open to the front are sampled, and after each
-# sample the calls answered so far (the front's access log, written before
-# the sender reads the answer): never more open than max_connections (4) plus
-# the answers.  The ramp still grows to what the backlog needs (more than
-# 16 at once), and each job is delivered once.  And a sender raises its
-# limit on open files, which a service's default (1,024) keeps under
-# what max_inflight calls over HTTP/1.1 need.
+# 400 ms, behind an nghttpx TLS front that speaks HTTP/1.1 only.  While
+# they go out, the connections open to the front are sampled, and after
+# each sample the calls answered so far (the front's access log, written
+# before the sender reads the answer): never more open than
+# max_connections (4) plus the answers.  The ramp still grows to what the
+# backlog needs (more than 16 at once), and each job is delivered once.
+# After 11 s without a call (the front closed the idle connections after
+# 2), the ramp starts again: the same bound holds for 120 more.  Claimed
+# jobs that make no call (past their deadline) leave the pool's room to
+# the next claim at once, not to the poll (an hour here).  And a sender
+# raises its limit on open files, which a service's default (1,024) keeps
+# under what max_inflight calls over HTTP/1.1 need.
 use strict;
 use warnings;
 use lib 'test';
@@ -31,11 +35,13 @@ if (my $missing = push_rig_missing())
 }
 
 my $keys = make_push_keys();
-my $node = new_node('connection_ramp');
+# claims must never wait for the poll: an hour's shows it
+my $node = new_node('connection_ramp', 'notif_deliver.poll_interval' => "'1h'");
 my $sim = start_sim('--latency-ms', 400);
 my $front = PostgreSQL::Test::Cluster::get_free_port();
 my $accesslog = "$keys->{dir}/access_$front.log";
-tls_front($keys, $front, $sim->{port}, $accesslog, '--npn-list=http/1.1');
+tls_front($keys, $front, $sim->{port}, $accesslog, '--npn-list=http/1.1',
+	'--frontend-keep-alive-timeout=2s');
 (my $ca = $keys->{cert_pem}) =~ s/'/''/g;
 
 # the jobs wait for their provider's url
@@ -61,28 +67,69 @@ sub answered
 	return $n;
 }
 
-# sampled without a query in between, as fast as ss answers
-my ($most, $over, $samples) = (0, '', 0);
-my $until = time + 120;
-while (time < $until)
+# Sampled without a query in between, until N more calls were answered:
+# "" if never more connections were open than 4 plus the answers since
+# the start, else the first sample that had more; and the most open at once.
+sub sample_ramp
 {
-	my $open = open_to_front();
-	my $done = answered();
-	$samples++;
-	$most = $open if $open > $most;
-	$over ||= "$open connections open after $done answers" if $open > 4 + $done;
-	last if $done >= 120;
+	my ($n) = @_;
+	my $base = answered();
+	my ($most, $over) = (0, '');
+	my $until = time + 120;
+	while (time < $until)
+	{
+		my $open = open_to_front();
+		my $done = answered() - $base;
+		$most = $open if $open > $most;
+		$over ||= "$open connections open after $done answers" if $open > 4 + $done;
+		last if $done >= $n;
+		usleep(5_000);
+	}
+	return ($over, $most);
 }
-is($over, '', "never more connections open than max_connections plus the answers ($samples samples)");
+
+my ($over, $most) = sample_ramp(120);
+is($over, '', 'never more connections open than max_connections plus the answers');
 cmp_ok($most, '>', 16, "the ramp grew with the answers: $most connections open at once");
 ok(wait_until($node, q{SELECT count(*) FROM notif_job WHERE kind = 'ramp' AND status = 'sent'}, '120'),
 	'the 120 jobs are sent');
 
+# --- idle: the front closed the connections, the ramp starts again ---
+ok(wait_until($node, qq{SELECT now() - max(sent_at) > interval '11 seconds' FROM notif_job WHERE kind = 'ramp'}),
+	'no call for 11 s (the ramp restarts after 10)');
+is(open_to_front(), 0, 'the front closed the idle connections');
+$node->safe_psql('postgres', q{SELECT notif_enqueue(g, 'ramp', 'again' || g, '{"text": "hi"}') FROM generate_series(1, 120) g});
+($over, $most) = sample_ramp(120);
+is($over, '', 'after the idle time: again never more open than max_connections plus the answers');
+ok(wait_until($node, q{SELECT count(*) FROM notif_job WHERE kind = 'ramp' AND status = 'sent'}, '240'),
+	'the 120 more are sent');
+
 my $ledger = ledger($sim);
-is(scalar(grep { /^ramp:/ && $ledger->{$_}{delivered} == 1 } keys %$ledger), 120, 'each job delivered once');
+is(scalar(grep { /^ramp:/ && $ledger->{$_}{delivered} == 1 } keys %$ledger), 240, 'each job delivered once');
 open(my $log, '<', $accesslog) or die "$accesslog: $!";
 my @calls = grep { (split / /)[3] eq '/send' } <$log>;
 is(scalar(grep { (split / /)[1] ne 'http/1.1' } @calls), 0, 'every call over HTTP/1.1');
+
+# --- claimed jobs that make no call leave their room to the next claim ---
+# A provider's pool takes max_connections calls before its first answer.
+# 40 jobs past their deadline (claimed, expired, no call) ahead of 8 that
+# may go: each claim that took only late jobs must be followed by another
+# at once, not after the poll (an hour here).
+$node->safe_psql('postgres', "
+	INSERT INTO notif_provider (name, url, idempotency_header, ca_cert, max_connections, timeout)
+	SELECT 'sms_tls2', url, idempotency_header, ca_cert, 4, timeout FROM notif_provider WHERE name = 'sms_tls';
+	INSERT INTO notif_type (code, delivery, max_tries, deadline, provider, paused) VALUES
+	  ('late', 'at_least_once', 3, '1 second', 'sms_tls2', true),
+	  ('after_late', 'at_least_once', 3, NULL, 'sms_tls2', true);
+	SELECT notif_enqueue(g, 'late', 'l' || g, '{}') FROM generate_series(1, 40) g;
+	SELECT notif_enqueue(g, 'after_late', 'a' || g, '{}') FROM generate_series(1, 8) g");
+ok(wait_until($node, q{SELECT now() > max(created_at) + interval '1 second' FROM notif_job WHERE kind = 'late'}),
+	'the late jobs are past their deadline');
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = false WHERE code IN ('late', 'after_late')});
+ok(wait_until($node, q{SELECT count(*) FILTER (WHERE kind = 'late' AND status = 'expired') = 40
+                          AND count(*) FILTER (WHERE kind = 'after_late' AND status = 'sent') = 8
+                         FROM notif_job}),
+	'the 40 late jobs expired and the 8 others were sent, without waiting for the poll');
 
 # --- the sender's limit on open files: a call over HTTP/1.1 holds one ---
 # The postmaster's soft limit is lowered under max_inflight (256) to what
