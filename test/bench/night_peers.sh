@@ -10,7 +10,7 @@
 # with the simulators' ledgers reset before each and only the system under
 # test running a worker.
 #
-# The same load for both, from the same procedures (night_lib.sh): NIGHT_PROMOS
+# The same load for both, from the same procedures (night_lib.sh): NIGHT_PEERS_PROMOS
 # promotions at NIGHT_RATE per second in small transactions (PgQ: events
 # of the queue night_bulk), alerts at NIGHT_ALERT_RATE per second (PgQ:
 # queue night_alert) and OTPs, Poisson, NIGHT_OTP_RATE per second (PgQ:
@@ -41,9 +41,11 @@
 #
 #   bash test/bench/night_peers.sh
 #
-# Environment: as night.sh (NIGHT_PROMOS [5000000 x BENCH_SCALE], NIGHT_RATE,
-# NIGHT_OTP_RATE, NIGHT_ALERT_RATE, NIGHT_INFLIGHT, NIGHT_PUSH_CONNECTIONS,
-# NIGHT_TIMEOUT), plus NIGHT_PEERS_ROUNDS [3], NIGHT_PGQ_BATCH [20000],
+# Environment: NIGHT_PEERS_PROMOS [200000 x BENCH_SCALE: 2 x 3 nights of
+# about a minute at scale 1 on 2 cores]; as night.sh NIGHT_RATE [5556],
+# NIGHT_OTP_RATE [20], NIGHT_ALERT_RATE [50], NIGHT_INFLIGHT [3000],
+# NIGHT_PUSH_CONNECTIONS [16], NIGHT_TIMEOUT [3 s]; NIGHT_PEERS_ROUNDS [3],
+# NIGHT_PGQ_BATCH [20000],
 # NIGHT_PEERS_FRONT_PORT [28463] (and the next one); BENCH_PORT,
 # BENCH_SIM_PORT (+1), BENCH_OUT (see lib.sh).  Needs what night.sh needs
 # and what peers.sh needs (Node 20, npm, PgQ and pgqd: test/deps.sh
@@ -54,7 +56,7 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/night_lib.sh"
 . "$(dirname "$0")/peers_lib.sh"
-N=${NIGHT_PROMOS:-$(bench_scale 5000000)}
+N=${NIGHT_PEERS_PROMOS:-$(bench_scale 200000)}
 RATE=${NIGHT_RATE:-5556}
 OTP_RATE=${NIGHT_OTP_RATE:-20}
 ALERT_RATE=${NIGHT_ALERT_RATE:-50}
@@ -83,7 +85,7 @@ export NIGHT_CA=$BENCH_DIR/srv.crt NIGHT_TIMEOUT_MS=$((TIMEOUT * 1000))
 export NIGHT_SMS_URL=https://127.0.0.1:$FRONT_SMS/send NIGHT_PUSH_URL=https://127.0.0.1:$FRONT_PUSH/send
 export NIGHT_SMS_CONNECTIONS=$((INFLIGHT / 2)) NIGHT_PUSH_CONNECTIONS=$PUSH_CONNS NIGHT_PUSH_STREAMS=100
 export NIGHT_SMALL_CONNECTIONS=256 PGQ_BATCH
-echo "night_peers: scale $BENCH_SCALE: $N promotions offered at $RATE/s, alerts at $ALERT_RATE/s, OTPs at $OTP_RATE/s (Poisson)," \
+echo "night_peers: $N promotions (scale $(awk -v n="$N" 'BEGIN { print n / 5000000 }') of the night) offered at $RATE/s, alerts at $ALERT_RATE/s, OTPs at $OTP_RATE/s (Poisson)," \
 	"through notif_deliver and through PgQ + pgqd + a Node consumer, $ROUNDS rounds; max_inflight $INFLIGHT per lane," \
 	"push over h2 ($PUSH_CONNS connections), timeout $TIMEOUT s; PgQ bulk batches of at least $PGQ_BATCH events;" \
 	"$(nproc) cores, $(pg_config --version), load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -5,16 +5,17 @@
 // over TLS, with notif_deliver's per-type rules of the night:
 //   promo_sms, promo_push  at most once: a call that certainly did not
 //                          reach the provider (connection refused or not
-//                          established in time, or an error answer) is
+//                          established in time, or a 429 answer) is
 //                          retried, 3 tries in all; an ambiguous one (a
-//                          timeout after the request was sent, a reset)
-//                          never
+//                          timeout after the request was sent, a reset, a
+//                          5xx answer) never
 //   alert                  at least once, 5 tries
 //   otp                    at least once, 3 tries, and not sent once 15 s
 //                          old (from the event's time: notif_deliver's
 //                          deadline), a retry neither
-// A retry is event_retry in 1 s.  An event given up (its tries used up by
-// calls that certainly failed, or by any calls for alert and otp) or
+// A retry is event_retry in 1 s.  An event given up (refused with a 4xx, or
+// its tries used up by calls that certainly failed, or by any calls for
+// alert and otp) or
 // expired is printed, "gave_up KEY WHY" or "expired KEY", for the script to
 // count: PgQ keeps no record of either.
 //
@@ -114,17 +115,21 @@ async function send(ev) {
 			body: b,
 		});
 		await res.body.dump();
-		if (res.statusCode >= 200 && res.statusCode <= 299) return 'ok';
-		retry = true;	// an answer: the provider did not act on it
-		why = res.statusCode;
+		const st = res.statusCode;
+		if (st >= 200 && st <= 299) return 'ok';
+		// as notif_deliver reads an answer: 429 not acted on, 5xx ambiguous
+		// (a front's 502 may follow a call the provider took), other 4xx
+		// refused for good
+		retry = st === 429 || (st >= 500 && ambiguousToo);
+		why = st;
 	} catch (e) {
 		retry = ambiguousToo || unreached.has(e.code);
 		why = e.code || e.message;
 	}
 	if (retry && (ev.ev_retry || 0) + 1 < tries) return 'retry';
-	// tries used up; an ambiguous promotion is not retried, and not given
-	// up either (notif_deliver records it sent, its outcome unknown)
-	if (retry) console.log(`gave_up ${k} ${why}`);
+	// tries used up, or refused; an ambiguous promotion is not retried, and
+	// not given up either (notif_deliver records it sent, its outcome unknown)
+	if (retry || typeof why === 'number' && why < 500) console.log(`gave_up ${k} ${why}`);
 	return 'drop';
 }
 
