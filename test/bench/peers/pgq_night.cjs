@@ -130,6 +130,7 @@ async function send(ev) {
 	// tries used up, or refused; an ambiguous promotion is not retried, and
 	// not given up either (notif_deliver records it sent, its outcome unknown)
 	if (retry || typeof why === 'number' && why < 500) console.log(`gave_up ${k} ${why}`);
+	else console.log(`unknown ${k} ${why}`);	// sent, its outcome unknown
 	return 'drop';
 }
 
