@@ -51,7 +51,9 @@
 # and what peers.sh needs (Node 20, npm, PgQ and pgqd: test/deps.sh
 # --bench, run by this script as root).  Prints RESULT lines (night_peers_*)
 # and the ROW tables night_peers (a row per night), night_peers_types (per
-# night and type) and night_peers_ratio (per round).
+# night and type) and night_peers_ratio (per round); after each PgQ night
+# the calls its consumer left ambiguous, gave up or let expire, by type and
+# reason (its logs go to BENCH_OUT/night_peers_pgq_rROUND.log when set).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/night_lib.sh"
@@ -223,6 +225,15 @@ night_one() {
 			END { c["promo_sms"] = n - int(n / 2); c["promo_push"] = int(n / 2)
 				for (t in c) printf "%s %d %d %d\n", t, c[t], x["expired", t], x["gave_up", t] }' \
 			"$BENCH_DIR/sent_log" - | sort >"$BENCH_DIR/jobs"
+		# what the consumer left ambiguous, given up or let expire, by type and why
+		echo "  PgQ's consumer, calls by what it did after them, type and reason:"
+		cat "$BENCH_DIR"/worker_pgq_*.log | awk '$1 == "unknown" || $1 == "gave_up" || $1 == "expired" {
+				split($2, k, ":"); c[$1 " " k[1] " " ($3 == "" ? "-" : $3)]++ }
+			END { for (x in c) printf "    %s %d\n", x, c[x] }' | sort
+		# kept in BENCH_OUT when set (one line per such call)
+		if [ -n "${BENCH_OUT:-}" ]; then
+			cat "$BENCH_DIR"/worker_pgq_*.log >"$BENCH_OUT/night_peers_pgq_r${round}.log"
+		fi
 		rm -f "$BENCH_DIR"/worker_pgq_*.log
 	fi
 	# enqueued, delivered (at least once), lost, duplicated (copies beyond the first), expired, failed
