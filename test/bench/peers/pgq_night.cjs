@@ -1,7 +1,7 @@
 // test/bench/peers/pgq_night.cjs: the PgQ consumer of the night through the
-// peer (test/bench/night_peers.sh): the loop of peers/pgq.cjs (next_batch,
+// peer (test/bench/night_peers.sh): the loop of peers/pgq.cjs (a batch,
 // get_batch_events, send every event, then event_retry for the failed ones
-// and finish_batch in one transaction) against the night's two providers
+// and finish_batch in one transaction; batches as below) against the night's two providers
 // over TLS, with notif_deliver's per-type rules of the night:
 //   promo_sms, promo_push  at most once: a call that certainly did not
 //                          reach the provider (connection refused or not
@@ -15,9 +15,9 @@
 //                          deadline), a retry neither
 // A retry is event_retry in 1 s.  An event given up (refused with a 4xx, or
 // its tries used up by calls that certainly failed, or by any calls for
-// alert and otp) or
-// expired is printed, "gave_up KEY WHY" or "expired KEY", for the script to
-// count: PgQ keeps no record of either.
+// alert and otp) or expired is printed, "gave_up KEY WHY" or "expired KEY",
+// for the script to count: PgQ keeps no record of either; so is a call
+// left ambiguous, "unknown KEY WHY".
 //
 //   node pgq_night.cjs QUEUE      one loop on QUEUE (consumer "bench"):
 //                                 night_bulk, night_alert or night_otp
