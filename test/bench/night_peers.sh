@@ -25,8 +25,8 @@
 # to push, trusting the throwaway CA, with the same caps (calls in flight
 # NIGHT_INFLIGHT per lane, half for each bulk provider; NIGHT_PUSH_CONNECTIONS
 # HTTP/2 connections of 100 streams; 256 for the OTPs and for the alerts)
-# and the same NIGHT_TIMEOUT.  Its bulk batches hold at least
-# NIGHT_PGQ_BATCH events when the queue has them (see pgq_night.cjs).
+# and the same NIGHT_TIMEOUT.  A consumer behind takes what waits in one
+# batch, at most NIGHT_PGQ_BATCH events (see pgq_night.cjs).
 #
 # Per night: the promotions' drain time (from the first enqueue to the last
 # promotion finished: recorded by notif_deliver, its batch finished by
@@ -89,7 +89,7 @@ export NIGHT_SMS_CONNECTIONS=$((INFLIGHT / 2)) NIGHT_PUSH_CONNECTIONS=$PUSH_CONN
 export NIGHT_SMALL_CONNECTIONS=256 PGQ_BATCH
 echo "night_peers: $N promotions (scale $(awk -v n="$N" 'BEGIN { print n / 5000000 }') of the night) offered at $RATE/s, alerts at $ALERT_RATE/s, OTPs at $OTP_RATE/s (Poisson)," \
 	"through notif_deliver and through PgQ + pgqd + a Node consumer, $ROUNDS rounds; max_inflight $INFLIGHT per lane," \
-	"push over h2 ($PUSH_CONNS connections), timeout $TIMEOUT s; PgQ bulk batches of at least $PGQ_BATCH events;" \
+	"push over h2 ($PUSH_CONNS connections), timeout $TIMEOUT s; PgQ batches of what waits, at most $PGQ_BATCH events;" \
 	"$(nproc) cores, $(pg_config --version), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # RssAnon and VmHWM of a process, in kB
