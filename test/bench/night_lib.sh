@@ -1,5 +1,6 @@
-# test/bench/night_lib.sh: the rig of the night (test/bench/night.sh) and
-# of the soak (test/bench/soak.sh).  Source it after test/bench/lib.sh.
+# test/bench/night_lib.sh: the rig of the night (test/bench/night.sh), of
+# the night through PgQ beside it (test/bench/night_peers.sh) and of the
+# soak (test/bench/soak.sh).  Source it after test/bench/lib.sh.
 #
 #   night_rig NAME RETENTION [postgresql.conf lines...]
 #       a work folder (bench_dir NAME); a throwaway self-signed certificate;
@@ -14,9 +15,12 @@
 #       front, each with the certificate as its ca_cert and a TIMEOUT s
 #       timeout), four types (otp, alert, promo_sms, promo_push; retention
 #       RETENTION), lane bulk with BULK_SENDERS senders, and the load
-#       procedures night_promos(n, rate) and night_trickle(kind, rate,
-#       poisson) with their tables night_log, night_progress and night_stop
-#       (see the SQL below).  Returns once every lane's sender runs.
+#       procedures night_promos(n, rate[, sys]) and night_trickle(kind,
+#       rate, poisson[, sys]) with their tables night_log, night_progress
+#       and night_stop (see the SQL below; sys 'pgq' enqueues the same jobs
+#       as events of PgQ's queues night_bulk, night_otp and night_alert,
+#       which night_peers.sh creates).  Returns once every lane's sender
+#       runs.
 #
 # It reads INFLIGHT, PUSH_CONNS, BULK_SENDERS, TIMEOUT, FRONT_SMS and sets
 # FRONT_PUSH, SIM_SMS, SIM_PUSH, sim_pid_sms, sim_pid_push, front_pid_sms,
@@ -78,8 +82,10 @@ night_rig() {
 	INSERT INTO night_stop VALUES (false);
 
 	-- N promotions (or until night_stop says so) at RATE per second: every 10 ms, those due by the clock,
-	-- in one transaction (a campaign tool's batches), half sms and half push
-	CREATE PROCEDURE night_promos(n bigint, rate float8) LANGUAGE plpgsql AS \$\$
+	-- in one transaction (a campaign tool's batches), half sms and half push; SYS 'pgq': the same
+	-- jobs as events of PgQ's queue night_bulk (test/bench/night_peers.sh), their type the kind,
+	-- their data the key notif_deliver would send (kind:user_id:order_id) and the body it would send (b)
+	CREATE PROCEDURE night_promos(n bigint, rate float8, sys text DEFAULT 'nd') LANGUAGE plpgsql AS \$\$
 	DECLARE
 	    t0 float8 := extract(epoch FROM clock_timestamp());
 	    done bigint := 0;
@@ -89,11 +95,17 @@ night_rig() {
 	        EXIT WHEN (SELECT stop FROM night_stop);
 	        target := least(n, floor(rate * (extract(epoch FROM clock_timestamp()) - t0))::bigint);
 	        IF target > done THEN
-	            PERFORM notif_enqueue(g, CASE WHEN g % 2 = 0 THEN 'promo_push' ELSE 'promo_sms' END, 'friday',
-	                        CASE WHEN g % 2 = 0
-	                        THEN '{"token":"fcm-device-token","notification":{"title":"Friday night","body":"-50% until midnight"}}'
-	                        ELSE '{"to":"+84900000000","text":"Friday night: -50% until midnight"}' END::jsonb)
-	              FROM generate_series(done + 1, target) g;
+	            IF sys = 'pgq' THEN
+	                PERFORM pgq.insert_event('night_bulk', k, json_build_object('k', k || ':' || g || ':friday', 'b', night_body(k)::text)::text)
+	                  FROM (SELECT g, CASE WHEN g % 2 = 0 THEN 'promo_push' ELSE 'promo_sms' END AS k
+	                          FROM generate_series(done + 1, target) g) e;
+	            ELSE
+	                PERFORM notif_enqueue(g, CASE WHEN g % 2 = 0 THEN 'promo_push' ELSE 'promo_sms' END, 'friday',
+	                            CASE WHEN g % 2 = 0
+	                            THEN '{"token":"fcm-device-token","notification":{"title":"Friday night","body":"-50% until midnight"}}'
+	                            ELSE '{"to":"+84900000000","text":"Friday night: -50% until midnight"}' END::jsonb)
+	                  FROM generate_series(done + 1, target) g;
+	            END IF;
 	            UPDATE night_progress SET enqueued = target;
 	            done := target;
 	            COMMIT;
@@ -103,10 +115,19 @@ night_rig() {
 	    END LOOP;
 	END \$\$;
 
+	-- the body of a job of kind K (the same bytes notif_deliver sends: its payload's jsonb text)
+	CREATE FUNCTION night_body(k text) RETURNS jsonb LANGUAGE sql IMMUTABLE AS \$\$
+	    SELECT CASE k
+	        WHEN 'promo_push' THEN '{"token":"fcm-device-token","notification":{"title":"Friday night","body":"-50% until midnight"}}'
+	        WHEN 'promo_sms' THEN '{"to":"+84900000000","text":"Friday night: -50% until midnight"}'
+	        WHEN 'otp' THEN '{"to":"+84912345678","text":"Ma OTP: 654321"}'
+	        ELSE '{"to":"+84912345678","text":"Card *1234: -1,250,000 VND at 21:04"}' END::jsonb
+	\$\$;
+
 	-- one job of kind K per transaction, RATE per second (Poisson arrivals,
 	-- or evenly spaced), each logged with the clock read before its commit,
-	-- until night_stop says so
-	CREATE PROCEDURE night_trickle(k text, rate float8, poisson boolean) LANGUAGE plpgsql AS \$\$
+	-- until night_stop says so; SYS 'pgq': an event of PgQ's queue night_K
+	CREATE PROCEDURE night_trickle(k text, rate float8, poisson boolean, sys text DEFAULT 'nd') LANGUAGE plpgsql AS \$\$
 	DECLARE
 	    t0 float8 := extract(epoch FROM clock_timestamp());
 	    next_at float8 := 0;
@@ -121,9 +142,13 @@ night_rig() {
 	            CONTINUE;
 	        END IF;
 	        i := i + 1;
-	        PERFORM notif_enqueue(i, k, k || '-' || i,
-	                    CASE WHEN k = 'otp' THEN '{"to":"+84912345678","text":"Ma OTP: 654321"}'
-	                    ELSE '{"to":"+84912345678","text":"Card *1234: -1,250,000 VND at 21:04"}' END::jsonb);
+	        IF sys = 'pgq' THEN
+	            PERFORM pgq.insert_event('night_' || k, k, json_build_object('k', k || ':' || i || ':' || k || '-' || i, 'b', night_body(k)::text)::text);
+	        ELSE
+	            PERFORM notif_enqueue(i, k, k || '-' || i,
+	                        CASE WHEN k = 'otp' THEN '{"to":"+84912345678","text":"Ma OTP: 654321"}'
+	                        ELSE '{"to":"+84912345678","text":"Card *1234: -1,250,000 VND at 21:04"}' END::jsonb);
+	        END IF;
 	        INSERT INTO night_log VALUES (k, i, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
 	        COMMIT;
 	        next_at := next_at + CASE WHEN poisson THEN -ln(1.0 - random()) / rate ELSE 1.0 / rate END;
