@@ -16,6 +16,24 @@
 # most SOAK_TOLERANCE, 10% by default, above), and what was lost and
 # duplicated per type from the simulators' ledgers.
 #
+# Lost and duplicated, key by key: every key the load sessions enqueued
+# (promotions 1..enqueued, the even ones push; OTPs and alerts from
+# night_log) is looked up in the ledgers, which the simulators write to a
+# file when stopped (never read over HTTP: the file has every key, and the
+# script checks its count against the simulator's /stats).  A key with no
+# delivered copy is lost; each delivered copy past the first a duplicate.
+# The jobs are purged after the retention, so a trigger copies each
+# purged job the provider did not accept (failed, expired, or an
+# at_most_once call whose outcome is unknown or unreached) into
+# soak_unaccepted as it is deleted (the jobs left at the end are copied
+# too), and each lost key is explained by its job there:
+# "ambiguous" (outcome unknown: the call may or may not have been acted
+# upon, the at_most_once allowance), "unreached" (never reached the
+# provider: failed or expired with every try refused before the request
+# went out), or "unexplained" (no such job: the provider accepted it, by
+# the database, and the ledger has no delivered copy; 0 if the count is
+# right).  The last_error of the unaccepted jobs is summed up per type.
+#
 #   make soak                                   installs and builds what it needs, then the hour
 #   bash test/bench/soak.sh                     the hour alone (extension installed, simulator built)
 #   SOAK_MINUTES=5 SOAK_RETENTION='1 minute' bash test/bench/soak.sh   a short check
@@ -35,7 +53,10 @@
 #   attempt_dead job_autovacuums active_autovacuums attempt_autovacuums
 #   otp_p99_ms promo_per_s
 # the same lines on stdout as they come, then "LEVEL relation first last
-# growth_pct yes|no" per size, and RESULT lines (soak_*).
+# growth_pct yes|no" per size, the table of types (enqueued delivered
+# lost duplicated, and the lost as ambiguous unreached unexplained),
+# "UNACCEPTED type status outcome count last_error" lines, and RESULT
+# lines (soak_*).
 set -euo pipefail
 # `make soak` (SOAK_INSTALL=1): first what make bench installs and builds
 if [ "${SOAK_INSTALL:-}" = 1 ]; then
@@ -67,6 +88,21 @@ OUT=${SOAK_OUT:-${BENCH_OUT:-.}}
 night_rig soak "$RETENTION" "notif_deliver.purge_interval = '$PURGE_INTERVAL'"
 retention_s=$(cluster_psql -At -c "SELECT extract(epoch FROM interval '$RETENTION')::int")
 purge_s=$(cluster_psql -At -c "SELECT extract(epoch FROM interval '$PURGE_INTERVAL')::int")
+# the finished jobs the provider did not accept, kept past their purge (the
+# trigger's WHEN skips the accepted ones before anything is queued)
+cluster_psql >/dev/null <<'SQL'
+CREATE TABLE soak_unaccepted (id bigint PRIMARY KEY, kind text, user_id bigint, order_id text,
+                              status text, outcome text, tries int, last_error text);
+CREATE FUNCTION soak_keep_unaccepted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO soak_unaccepted VALUES (OLD.id, OLD.kind, OLD.user_id, OLD.order_id,
+                                        OLD.status, OLD.outcome, OLD.tries, OLD.last_error);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER soak_keep_unaccepted AFTER DELETE ON notif_job FOR EACH ROW
+    WHEN (OLD.status IN ('failed', 'expired') OR OLD.outcome IS DISTINCT FROM 'accepted')
+    EXECUTE FUNCTION soak_keep_unaccepted();
+SQL
 echo "soak: $MINUTES minutes, promotions at $RATE/s, alerts at $ALERT_RATE/s, OTPs at $OTP_RATE/s;" \
 	"retention $RETENTION, purge every $PURGE_INTERVAL, a sample every ${SAMPLE}s; $(nproc) cores, $(pg_config --version)"
 
@@ -126,6 +162,10 @@ done
 cluster_psql -c "UPDATE night_stop SET stop = true" >/dev/null
 for p in "$promo_pid" "$otp_pid" "$alert_pid"; do wait "$p"; done
 wait_sql "$(nd_idle_sql)" 300
+cluster_psql -c "INSERT INTO soak_unaccepted
+                   SELECT id, kind, user_id, order_id, status, outcome, tries, last_error FROM notif_job
+                    WHERE status IN ('failed', 'expired') OR outcome IS DISTINCT FROM 'accepted'
+                   ON CONFLICT (id) DO NOTHING" >/dev/null
 mkdir -p "$OUT"
 cp "$BENCH_DIR/soak.dat" "$OUT/soak.dat"
 
@@ -155,26 +195,76 @@ for col in 2:notif_job 3:notif_job_indexes 4:notif_active 5:notif_attempt; do
 	[ "$ok" = yes ] || level_all=$ok
 done
 
-# lost and duplicated per type: what the load sessions enqueued against the ledgers
-sim_get "$SIM_SMS" /ledger >"$BENCH_DIR/ledger"
-sim_get "$SIM_PUSH" /ledger >>"$BENCH_DIR/ledger"
+# lost and duplicated per type, key by key: every key enqueued against the
+# ledgers, which the simulators write when stopped; a ledger must hold as
+# many keys as its simulator counted
+for sim in sms:"$SIM_SMS":"$sim_pid_sms" push:"$SIM_PUSH":"$sim_pid_push"; do
+	IFS=: read -r name port pid <<<"$sim"
+	keys=$(sim_get "$port" /stats | awk '$1 == "keys" { print $2 }')
+	kill -TERM "$pid"
+	wait "$pid" || { echo "provider_sim $name did not write its ledger" >&2; exit 1; }
+	lines=$(wc -l <"$BENCH_DIR/ledger_$name.txt")
+	if [ "$lines" != "$keys" ]; then
+		echo "the $name ledger has $lines keys, its simulator counted $keys" >&2
+		exit 1
+	fi
+done
 {
-	cluster_psql -At -F' ' -c "SELECT kind, count(*) FROM night_log GROUP BY kind"
 	# night_promos numbers them 1..enqueued, the even ones push
-	cluster_psql -At -F' ' -c "SELECT 'promo_push', enqueued / 2 FROM night_progress
-	                           UNION ALL SELECT 'promo_sms', enqueued - enqueued / 2 FROM night_progress"
+	cluster_psql -At -F' ' -c "SELECT 'promos', enqueued FROM night_progress"
+	cluster_psql -At -F' ' -c "SELECT kind, id FROM night_log"
 } >"$BENCH_DIR/enqueued"
-awk 'FNR == NR { n[$1] = $2; next }
-	{ split($1, k, ":"); if ($3 >= 1) { d[k[1]]++; dup[k[1]] += $3 - 1 } }
-	END { for (t in n) printf "%s %d %d %d %d\n", t, n[t], d[t], n[t] - d[t], dup[t] }' \
-	"$BENCH_DIR/enqueued" "$BENCH_DIR/ledger" | sort >"$BENCH_DIR/types"
-printf '%-11s %9s %9s %7s %10s\n' type enqueued delivered lost duplicated
-while read -r t en d l dup; do
-	printf '%-11s %9s %9s %7s %10s\n' "$t" "$en" "$d" "$l" "$dup"
+cluster_psql -At -F' ' -c "SELECT kind || ':' || user_id || ':' || order_id, status, coalesce(outcome, '-')
+                             FROM soak_unaccepted" >"$BENCH_DIR/unaccepted"
+awk -v E="$BENCH_DIR/enqueued" -v U="$BENCH_DIR/unaccepted" -v X="$BENCH_DIR/unexplained" '
+	function key(t, k) {
+		n[t]++
+		if (!(k in del)) {
+			lost[t]++; why = (k in st) ? (st[k] == "unknown" ? "ambiguous" : "unreached") : "unexplained"; cause[t, why]++
+			if (why == "unexplained") print k > X
+		}
+		else { if (del[k] > 0) dup[t] += del[k]; delete del[k] }
+	}
+	# the ledgers: key received delivered ...; a delivered key in del[] (copies past the first)
+	{ if ($3 >= 1) del[$1] = $3 - 1 }
+	END {
+		while ((getline l < U) > 0) { split(l, f, " "); st[f[1]] = f[3] }
+		while ((getline l < E) > 0) {
+			split(l, f, " ")
+			if (f[1] == "promos") {
+				for (g = 1; g <= f[2]; g++)
+					key(g % 2 == 0 ? "promo_push" : "promo_sms", (g % 2 == 0 ? "promo_push" : "promo_sms") ":" g ":friday")
+			} else
+				key(f[1], f[1] ":" f[2] ":" f[1] "-" f[2])
+		}
+		stray = 0
+		for (k in del) stray++
+		for (t in n)
+			printf "%s %d %d %d %d %d %d %d\n", t, n[t], n[t] - lost[t], lost[t], dup[t],
+				cause[t, "ambiguous"], cause[t, "unreached"], cause[t, "unexplained"]
+		printf "stray %d\n", stray
+	}' "$BENCH_DIR/ledger_sms.txt" "$BENCH_DIR/ledger_push.txt" | sort >"$BENCH_DIR/types"
+printf '%-11s %9s %9s %7s %10s %10s %10s %12s\n' type enqueued delivered lost duplicated ambiguous unreached unexplained
+while read -r t en d l dup amb unr unx; do
+	if [ "$t" = stray ]; then
+		# a delivered key that no load session enqueued: the key scheme is not what this script thinks
+		[ "$en" = 0 ] || { echo "the ledgers have $en delivered keys that were not enqueued" >&2; exit 1; }
+		continue
+	fi
+	printf '%-11s %9s %9s %7s %10s %10s %10s %12s\n' "$t" "$en" "$d" "$l" "$dup" "$amb" "$unr" "$unx"
 	result "soak_${t}_enqueued" "$en"
 	result "soak_${t}_lost" "$l"
 	result "soak_${t}_duplicated" "$dup"
+	result "soak_${t}_lost_ambiguous" "$amb"
+	result "soak_${t}_lost_unreached" "$unr"
+	result "soak_${t}_lost_unexplained" "$unx"
 done <"$BENCH_DIR/types"
+[ ! -s "$BENCH_DIR/unexplained" ] || cp "$BENCH_DIR/unexplained" "$OUT/soak_unexplained"
+# why the provider did not accept them: per type, status, outcome and error
+# (numbers in the errors as N: "timed out after 3004 ms" and after 3012 are one line)
+cluster_psql -At -F' ' -c "SELECT 'UNACCEPTED', kind, status, coalesce(outcome, '-'), count(*),
+                                  coalesce(regexp_replace(left(last_error, 80), '[0-9]+', 'N', 'g'), '-') e
+                             FROM soak_unaccepted GROUP BY 2, 3, 4, 6 ORDER BY 2, 5 DESC"
 echo "sizes levelled off (within $(awk -v t="$TOLERANCE" 'BEGIN { print t * 100 }')% after the first ${settle} minutes): $level_all; samples in $OUT/soak.dat"
 result soak_minutes "$MINUTES"
 result soak_rate "$RATE"
