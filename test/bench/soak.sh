@@ -34,17 +34,21 @@
 # the database, and the ledger has no delivered copy; 0 if the count is
 # right).  The last_error of the unaccepted jobs is summed up per type.
 #
-#   make soak                                   installs and builds what it needs, then the hour
+#   make soak                                   installs and builds what it needs, then the hour,
+#                                               then its section of doc/benchmarks.md (SOAK_DOC=1)
 #   bash test/bench/soak.sh                     the hour alone (extension installed, simulator built)
 #   SOAK_MINUTES=5 SOAK_RETENTION='1 minute' bash test/bench/soak.sh   a short check
 #
 # Environment: SOAK_INSTALL [unset; 1: install and build first, as make
-# soak does]; SOAK_MINUTES [60]; SOAK_RATE [500] promotions/s (9% of the
+# soak does]; SOAK_DOC [unset; 1: keep the run in doc/, as make soak does:
+# test/bench/soak_doc.sh copies soak.dat and soak_results.txt to doc/data/,
+# draws doc/img/soak.png and rewrites the soak section of
+# doc/benchmarks.md]; SOAK_MINUTES [60]; SOAK_RATE [500] promotions/s (9% of the
 # night's 5,556/s; about a quarter of what a night on this shared 2-core
 # machine sustained); SOAK_OTP_RATE [20]/s; SOAK_ALERT_RATE [50]/s;
 # SOAK_RETENTION [5 minutes]; SOAK_PURGE_INTERVAL [30s]; SOAK_SAMPLE [60]
-# s; SOAK_TOLERANCE [0.10]; SOAK_OUT (folder for soak.dat; default
-# BENCH_OUT, else the current folder); NIGHT_INFLIGHT, NIGHT_PUSH_CONNECTIONS,
+# s; SOAK_TOLERANCE [0.10]; SOAK_OUT (folder for soak.dat and
+# soak_results.txt; default BENCH_OUT, else the current folder); NIGHT_INFLIGHT, NIGHT_PUSH_CONNECTIONS,
 # NIGHT_TIMEOUT, NIGHT_FRONT_PORT as night.sh's; BENCH_PORT, BENCH_SIM_PORT.
 # The simulators keep every key they received (about 1 kB each with its
 # last request): an hour at 500/s is about 1.8 million keys, 2 GB.
@@ -56,7 +60,11 @@
 # growth_pct yes|no" per size, the table of types (enqueued delivered
 # lost duplicated, and the lost as ambiguous unreached unexplained),
 # "UNACCEPTED type status outcome count last_error" lines, and RESULT
-# lines (soak_*).
+# lines (soak_*: the machine and the settings first, at the end what
+# test/bench/soak_summary.sh says of the samples: the rate, the OTP p99
+# range, autovacuum runs, dead tuples).  soak_results.txt: the RESULT and
+# ROW lines (the LEVEL lines and the types' table as rows), as
+# test/bench/report.pl reads them.
 set -euo pipefail
 # `make soak` (SOAK_INSTALL=1): first what make bench installs and builds
 if [ "${SOAK_INSTALL:-}" = 1 ]; then
@@ -84,6 +92,32 @@ BULK_SENDERS=1
 TIMEOUT=${NIGHT_TIMEOUT:-3}
 FRONT_SMS=${NIGHT_FRONT_PORT:-28453}
 OUT=${SOAK_OUT:-${BENCH_OUT:-.}}
+mkdir -p "$OUT"
+: >"$OUT/soak_results.txt"
+# RESULT and ROW lines go to soak_results.txt as well, as test/bench/run's
+# results file has them (for report.pl)
+result() {
+	echo "RESULT $1 $2"
+	echo "soak RESULT $1 $2" >>"$OUT/soak_results.txt"
+}
+row() {
+	local line="ROW $1 |"
+	shift
+	for cell in "$@"; do line+=" $cell |"; done
+	echo "$line"
+	echo "soak $line" >>"$OUT/soak_results.txt"
+}
+result soak_date "$(date -u '+%Y-%m-%d %H:%M UTC')"
+result soak_commit "$(cd "$(dirname "$0")" && git rev-parse --short HEAD 2>/dev/null || echo unknown)$(cd "$(dirname "$0")" && git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
+result soak_cores "$(nproc)"
+result soak_cpu "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
+result soak_memory "$(awk '/^MemTotal:/ { printf "%.1f GB", $2 / 1048576 }' /proc/meminfo)"
+result soak_postgres "$(pg_config --version)"
+result soak_load_start "$(cut -d' ' -f1-3 /proc/loadavg)"
+result soak_otp_rate "$OTP_RATE"
+result soak_alert_rate "$ALERT_RATE"
+result soak_retention "$RETENTION"
+result soak_purge_interval "$PURGE_INTERVAL"
 
 night_rig soak "$RETENTION" "notif_deliver.purge_interval = '$PURGE_INTERVAL'"
 retention_s=$(cluster_psql -At -c "SELECT extract(epoch FROM interval '$RETENTION')::int")
@@ -166,13 +200,13 @@ cluster_psql -c "INSERT INTO soak_unaccepted
                    SELECT id, kind, user_id, order_id, status, outcome, tries, last_error FROM notif_job
                     WHERE status IN ('failed', 'expired') OR outcome IS DISTINCT FROM 'accepted'
                    ON CONFLICT (id) DO NOTHING" >/dev/null
-mkdir -p "$OUT"
 cp "$BENCH_DIR/soak.dat" "$OUT/soak.dat"
 
 # did each size level off?  "first": the mean of the first quarter of the
 # samples taken after the first retention period and a purge; "last": the
 # mean of the last quarter of the samples
 settle=$(awk -v r="$retention_s" -v p="$purge_s" 'BEGIN { printf "%.2f", (r + 2 * p) / 60 }')
+result soak_settle_minutes "$settle"
 level_all=yes
 for col in 2:notif_job 3:notif_job_indexes 4:notif_active 5:notif_attempt; do
 	c=${col%%:*}
@@ -188,6 +222,7 @@ for col in 2:notif_job 3:notif_job_indexes 4:notif_active 5:notif_attempt; do
 			g = f > 0 ? (l - f) / f : 0
 			printf "%.0f %.0f %.1f %s\n", f, l, g * 100, (g <= tol ? "yes" : "no") }' "$BENCH_DIR/soak.dat")"
 	echo "LEVEL $name $first $last $growth $ok"
+	row soak_level "$name" "$first" "$last" "$growth" "$ok"
 	result "soak_${name}_first_kb" "$first"
 	result "soak_${name}_last_kb" "$last"
 	result "soak_${name}_growth_pct" "$growth"
@@ -252,6 +287,7 @@ while read -r t en d l dup amb unr unx; do
 		continue
 	fi
 	printf '%-11s %9s %9s %7s %10s %10s %10s %12s\n' "$t" "$en" "$d" "$l" "$dup" "$amb" "$unr" "$unx"
+	row soak_types "$t" "$en" "$d" "$l" "$dup" "$amb" "$unr" "$unx"
 	result "soak_${t}_enqueued" "$en"
 	result "soak_${t}_lost" "$l"
 	result "soak_${t}_duplicated" "$dup"
@@ -262,10 +298,19 @@ done <"$BENCH_DIR/types"
 [ ! -s "$BENCH_DIR/unexplained" ] || cp "$BENCH_DIR/unexplained" "$OUT/soak_unexplained"
 # why the provider did not accept them: per type, status, outcome and error
 # (numbers in the errors as N: "timed out after 3004 ms" and after 3012 are one line)
-cluster_psql -At -F' ' -c "SELECT 'UNACCEPTED', kind, status, coalesce(outcome, '-'), count(*),
-                                  coalesce(regexp_replace(left(last_error, 80), '[0-9]+', 'N', 'g'), '-') e
-                             FROM soak_unaccepted GROUP BY 2, 3, 4, 6 ORDER BY 2, 5 DESC"
+cluster_psql -At -F$'\t' -c "SELECT kind, status, coalesce(outcome, '-'), count(*),
+                                     coalesce(translate(left(regexp_replace(last_error, '[0-9]+', 'N', 'g'), 80), '|', '/'), '-') e
+                                FROM soak_unaccepted GROUP BY 1, 2, 3, 5 ORDER BY 1, 4 DESC" |
+	while IFS=$'\t' read -r t st oc cnt err; do
+		echo "UNACCEPTED $t $st $oc $cnt $err"
+		row soak_unaccepted "$t" "$st" "$oc" "$cnt" "$err" >/dev/null
+	done
 echo "sizes levelled off (within $(awk -v t="$TOLERANCE" 'BEGIN { print t * 100 }')% after the first ${settle} minutes): $level_all; samples in $OUT/soak.dat"
 result soak_minutes "$MINUTES"
 result soak_rate "$RATE"
 result soak_level "$level_all"
+bash "$(dirname "$0")/soak_summary.sh" "$OUT/soak.dat" "$settle" | while read -r _ name value; do result "$name" "$value"; done
+result soak_load_end "$(cut -d' ' -f1-3 /proc/loadavg)"
+if [ "${SOAK_DOC:-}" = 1 ]; then
+	bash "$(dirname "$0")/soak_doc.sh" "$OUT"
+fi
