@@ -127,9 +127,10 @@ purge_s=$(cluster_psql -At -c "SELECT extract(epoch FROM interval '$PURGE_INTERV
 cluster_psql >/dev/null <<'SQL'
 CREATE TABLE soak_unaccepted (id bigint PRIMARY KEY, kind text, user_id bigint, order_id text,
                               status text, outcome text, tries int, last_error text);
+-- (qualified: the purge runs in the launcher, whose search_path is not public)
 CREATE FUNCTION soak_keep_unaccepted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO soak_unaccepted VALUES (OLD.id, OLD.kind, OLD.user_id, OLD.order_id,
+    INSERT INTO public.soak_unaccepted VALUES (OLD.id, OLD.kind, OLD.user_id, OLD.order_id,
                                         OLD.status, OLD.outcome, OLD.tries, OLD.last_error);
     RETURN NULL;
 END $$;
