@@ -55,7 +55,10 @@
 # Output: soak.dat, one line per sample, columns
 #   minute job_heap_kb job_index_kb active_kb attempt_kb job_dead active_dead
 #   attempt_dead job_autovacuums active_autovacuums attempt_autovacuums
-#   otp_p99_ms promo_per_s
+#   otp_p99_ms promo_per_s bulk_fds
+# (bulk_fds: the file descriptors the bulk lane's sender has open at the
+# sample, against its RLIMIT_NOFILE, often 1024: each HTTP/1.1 call holds
+# a socket)
 # the same lines on stdout as they come, then "LEVEL relation first last
 # growth_pct yes|no" per size, the table of types (enqueued delivered
 # lost duplicated, and the lost as ambiguous unreached unexplained),
@@ -170,7 +173,7 @@ SELECT pg_relation_size('notif_job') / 1024, pg_indexes_size('notif_job') / 1024
 SQL
 }
 : >"$BENCH_DIR/soak.dat"
-echo "# minute job_heap_kb job_index_kb active_kb attempt_kb job_dead active_dead attempt_dead job_av active_av attempt_av otp_p99_ms promo_per_s"
+echo "# minute job_heap_kb job_index_kb active_kb attempt_kb job_dead active_dead attempt_dead job_av active_av attempt_av otp_p99_ms promo_per_s bulk_fds"
 since_us=$(($(date +%s) * 1000000))
 last_done=0
 last_t=$(date +%s.%N)
@@ -188,7 +191,10 @@ while [ "$n" -lt $((MINUTES * 60 / SAMPLE)) ]; do
 	read -r jh ji ak atk jd ad atd jav aav atav p99 done_ <<<"$(cluster_psql -At -F' ' -c "$(sample_sql "$since_us")")"
 	t=$(date +%s.%N)
 	rate=$(awk -v d=$((done_ - last_done)) -v a="$t" -v b="$last_t" 'BEGIN { printf "%.0f", d / (a - b) }')
-	line="$(awk -v s="$(date +%s)" -v t0="$t0" 'BEGIN { printf "%.1f", (s - t0) / 60 }') $jh $ji $ak $atk $jd $ad $atd $jav $aav $atav $p99 $rate"
+	fds=$(for p in $(pm_children | awk '/notif_deliver sender bulk/ { print $1 }'); do
+		ls "/proc/$p/fd" 2>/dev/null | wc -l
+	done | sort -n | tail -1)
+	line="$(awk -v s="$(date +%s)" -v t0="$t0" 'BEGIN { printf "%.1f", (s - t0) / 60 }') $jh $ji $ak $atk $jd $ad $atd $jav $aav $atav $p99 $rate ${fds:-0}"
 	echo "$line" | tee -a "$BENCH_DIR/soak.dat"
 	since_us=$now_us
 	last_done=$done_
@@ -306,6 +312,13 @@ cluster_psql -At -F$'\t' -c "SELECT kind, status, coalesce(outcome, '-'), count(
 		echo "UNACCEPTED $t $st $oc $cnt $err"
 		row soak_unaccepted "$t" "$st" "$oc" "$cnt" "$err" >/dev/null
 	done
+# a sender out of file descriptors (its RLIMIT_NOFILE): PostgreSQL says so
+# in the server log ("out of file descriptors"), and libcurl fails the
+# calls it cannot open a socket for ("Couldn't connect to server")
+result soak_log_out_of_fds "$(grep -c 'out of file descriptors' "$CLUSTER_DIR/server.log" || true)"
+result soak_bulk_sender_fd_limit "$(for p in $(pm_children | awk '/notif_deliver sender bulk/ { print $1 }'); do
+	awk '/^Max open files/ { print $4; exit }' "/proc/$p/limits" 2>/dev/null
+done | head -1)"
 echo "sizes levelled off (within $(awk -v t="$TOLERANCE" 'BEGIN { print t * 100 }')% after the first ${settle} minutes): $level_all; samples in $OUT/soak.dat"
 result soak_minutes "$MINUTES"
 result soak_rate "$RATE"

@@ -10,7 +10,9 @@
 # SETTLE_MINUTES (least, median, most) and the most of all of them; the
 # autovacuum runs on notif_job, notif_active and notif_attempt by the last
 # sample; their dead tuples, the most of any sample after SETTLE_MINUTES
-# and at the last one.  Rates and latencies as the samples print them.
+# and at the last one; the most file descriptors the bulk sender had open
+# at a sample (a 14th column; older soak.dat files have none).  Rates and
+# latencies as the samples print them.
 set -euo pipefail
 dat=$1
 settle=$2
@@ -29,6 +31,7 @@ awk -v s="$settle" '
 			for (c = 6; c <= 8; c++) if ($c + 0 > dmax[c]) dmax[c] = $c + 0
 		}
 		for (c = 6; c <= 11; c++) last[c] = $c
+		if (NF >= 14 && $14 + 0 > fmax) fmax = $14 + 0
 	}
 	END {
 		if (n == 0) { print "no samples in the file" > "/dev/stderr"; exit 1 }
@@ -44,4 +47,5 @@ awk -v s="$settle" '
 		}
 		printf "RESULT soak_job_dead_last %d\nRESULT soak_active_dead_last %d\nRESULT soak_attempt_dead_last %d\n", last[6], last[7], last[8]
 		printf "RESULT soak_job_autovacuums %d\nRESULT soak_active_autovacuums %d\nRESULT soak_attempt_autovacuums %d\n", last[9], last[10], last[11]
+		if (fmax > 0) printf "RESULT soak_bulk_fds_max %d\n", fmax
 	}' "$dat"
