@@ -134,7 +134,8 @@ CREATE TABLE soak_unaccepted (id bigint PRIMARY KEY, kind text, user_id bigint, 
 CREATE FUNCTION soak_keep_unaccepted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO public.soak_unaccepted VALUES (OLD.id, OLD.kind, OLD.user_id, OLD.order_id,
-                                        OLD.status, OLD.outcome, OLD.tries, OLD.last_error);
+                                               OLD.status, OLD.outcome, OLD.tries, OLD.last_error)
+        ON CONFLICT (id) DO NOTHING;    -- copied already by the end's copy of the jobs left
     RETURN NULL;
 END $$;
 CREATE TRIGGER soak_keep_unaccepted AFTER DELETE ON notif_job FOR EACH ROW
