@@ -12,7 +12,8 @@
 #   make bench           every benchmark under test/bench; writes doc/benchmarks.md and
 #                        doc/benchmarks-peers.md (test/bench/run)
 #   make soak            an hour at a steady rate with a short retention: sizes, dead tuples,
-#                        autovacuum runs, OTP p99 a minute (test/bench/soak.sh; not in CI or bench)
+#                        autovacuum runs, OTP p99 a minute (test/bench/soak.sh; not in CI or bench);
+#                        writes doc/data/soak.*, doc/img/soak.png and its section of doc/benchmarks.md
 #   make bench-majors    the headline enqueue and dispatch benchmarks on 15, 17 and 18 side by
 #                        side (test/bench/majors.sh; after make test-matrix)
 #   make deb             the Debian package postgresql-N-notif-deliver for this machine's major,
@@ -126,7 +127,7 @@ bench:
 	bash test/bench/run
 
 soak:
-	SOAK_INSTALL=1 bash test/bench/soak.sh
+	SOAK_INSTALL=1 SOAK_DOC=1 SOAK_OUT=$${SOAK_OUT:-$$(mktemp -d /tmp/notif_soak_out.XXXXXX)} bash test/bench/soak.sh
 
 bench-majors:
 	bash test/bench/majors.sh

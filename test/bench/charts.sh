@@ -9,6 +9,7 @@
 #   dispatch.png    dispatch rate by provider latency (from the dispatch_<N>ms_jobs_per_s results)
 #   flood.png       OTP latency during the promotion flood, and the promotions drained
 #   idle_latency.png  the distribution of idle OTP latency
+# (soak.png is make soak's, drawn by charts_soak.sh: left alone here)
 set -euo pipefail
 res=$1
 out=$2

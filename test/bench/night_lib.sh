@@ -7,7 +7,8 @@
 #       two provider simulators (sms on BENCH_SIM_PORT, push on the next
 #       port), each answering after a lognormal latency (median 120 ms, p99
 #       600 ms) and holding 0.5% of calls unanswered (half of those
-#       delivered, q = 0.5); a TLS front (nghttpx) for each: sms offering
+#       delivered, q = 0.5), each writing its ledger to
+#       $BENCH_DIR/ledger_{sms,push}.txt when stopped (SIGTERM); a TLS front (nghttpx) for each: sms offering
 #       only http/1.1 on FRONT_SMS, push offering h2 (100 streams per
 #       connection) on FRONT_PUSH, each logging its calls' client ports in
 #       $BENCH_DIR/access_{sms,push}.log; a cluster with the extension, four
@@ -43,8 +44,8 @@ night_rig() {
 		-addext "subjectAltName=IP:127.0.0.1" -keyout "$BENCH_DIR/srv.key" -out "$BENCH_DIR/srv.crt" 2>/dev/null
 	# the providers: lognormal latency, 0.5% held (the client times out), half of those delivered
 	sim_args=(--latency-ms 120 --latency-p99-ms 600 --p-timeout 0.005 --q 0.5 --hold-ms 10000)
-	sim_start sms "$SIM_SMS" "${sim_args[@]}" --seed 32
-	sim_start push "$SIM_PUSH" "${sim_args[@]}" --seed 33
+	sim_start sms "$SIM_SMS" "${sim_args[@]}" --seed 32 --ledger-file "$BENCH_DIR/ledger_sms.txt"
+	sim_start push "$SIM_PUSH" "${sim_args[@]}" --seed 33 --ledger-file "$BENCH_DIR/ledger_push.txt"
 	sim_pid_sms=${_bench_sims[0]}
 	sim_pid_push=${_bench_sims[1]}
 

@@ -4,9 +4,10 @@
 # calls it).  No number is typed in
 # the template: every one comes from the results file.
 #
-#   perl test/bench/report.pl doc/benchmarks.md.in RESULTS.txt > doc/benchmarks.md
+#   perl test/bench/report.pl doc/benchmarks.md.in RESULTS.txt [MORE.txt...] > doc/benchmarks.md
 #
-# The results file holds lines "META key value", "STATUS script rc [seconds]",
+# Several results files are read as one, in order (test/bench/run adds
+# doc/data/soak_results.txt, the last make soak's).  A results file holds lines "META key value", "STATUS script rc [seconds]",
 # "<script> RESULT name value" and "<script> ROW table | cell | ... |".
 # Template directives:
 #   {{name}}                   a RESULT's value ("not measured" when absent)
@@ -20,10 +21,10 @@
 # Sections: a part of the template between the lines "<!-- section NAME -->"
 # and "<!-- end section NAME -->" (kept in the output, so that the generated
 # file has them too) can be taken from, or put into, a generated document:
-#   report.pl --section NAME --into DOC TEMPLATE RESULTS
+#   report.pl --section NAME --into DOC TEMPLATE RESULTS...
 #       prints DOC with its section NAME replaced by the filled template's
 #       (a run of that part alone refreshes it, and leaves the rest as it was)
-#   report.pl --section NAME --from DOC TEMPLATE RESULTS
+#   report.pl --section NAME --from DOC TEMPLATE RESULTS...
 #       prints the filled template with its section NAME replaced by DOC's
 #       (a run without that part keeps the section of the last run with it)
 # A DOC without the section is an error for --into and left alone by --from
@@ -34,29 +35,32 @@ use Getopt::Long;
 
 my ($section, $into, $from);
 GetOptions('section=s' => \$section, 'into=s' => \$into, 'from=s' => \$from)
-  or die "usage: report.pl [--section NAME --into DOC | --from DOC] TEMPLATE RESULTS\n";
+  or die "usage: report.pl [--section NAME --into DOC | --from DOC] TEMPLATE RESULTS...\n";
 die "--into and --from need --section, and only one of them\n"
   if (defined $into || defined $from) && (!defined $section || (defined $into && defined $from));
-my ($template, $results) = @ARGV;
-die "usage: report.pl [--section NAME --into DOC | --from DOC] TEMPLATE RESULTS\n" unless defined $results;
+my ($template, @results) = @ARGV;
+die "usage: report.pl [--section NAME --into DOC | --from DOC] TEMPLATE RESULTS...\n" unless @results;
 my (%r, %meta, %status, %rows, @order);
-open(my $fh, '<', $results) or die "$results: $!\n";
-while (my $line = <$fh>)
+for my $results (@results)
 {
-	chomp $line;
-	if ($line =~ /^META (\S+) (.*)$/) { $meta{$1} = $2; }
-	elsif ($line =~ /^STATUS (\S+) (\S+)/) { $status{$1} = $2; }
-	elsif ($line =~ /^\S+ RESULT (\S+) (.*)$/)
+	open(my $fh, '<', $results) or die "$results: $!\n";
+	while (my $line = <$fh>)
 	{
-		# (the substitution below resets $1: keep the name first)
-		my ($name, $v) = ($1, $2);
-		push @order, $name unless exists $r{$name};
-		$v =~ s/^"(.*)"$/$1/;
-		$r{$name} = $v;
+		chomp $line;
+		if ($line =~ /^META (\S+) (.*)$/) { $meta{$1} = $2; }
+		elsif ($line =~ /^STATUS (\S+) (\S+)/) { $status{$1} = $2; }
+		elsif ($line =~ /^\S+ RESULT (\S+) (.*)$/)
+		{
+			# (the substitution below resets $1: keep the name first)
+			my ($name, $v) = ($1, $2);
+			push @order, $name unless exists $r{$name};
+			$v =~ s/^"(.*)"$/$1/;
+			$r{$name} = $v;
+		}
+		elsif ($line =~ /^\S+ ROW (\S+) (\|.*)$/) { push @{ $rows{$1} }, $2; }
 	}
-	elsif ($line =~ /^\S+ ROW (\S+) (\|.*)$/) { push @{ $rows{$1} }, $2; }
+	close $fh;
 }
-close $fh;
 
 my $imgdir = $ENV{BENCH_IMG_DIR} // 'doc/img';
 
