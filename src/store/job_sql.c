@@ -319,7 +319,10 @@ static const char *const sql_lanes =
  * Delete finished jobs past their type's retention, a bounded batch, with
  * their attempts (their delivery reports go by ON DELETE CASCADE); and
  * orphaned delivery reports older than the longest retention.  A job
- * another session has locked is left for a later purge.
+ * another session has locked is left for a later purge.  Retention counts
+ * from when the job finished (its last call's end, or its claim): next_at,
+ * which the index orders, is when it was last due, earlier by any time it
+ * waited in a backlog; the walk steps over such jobs until their time.
  */
 static const char *const sql_purge =
 "WITH doomed AS ("
@@ -329,6 +332,7 @@ static const char *const sql_purge =
 "        SELECT j.id FROM %s.notif_job j"
 "         WHERE j.kind = t.code AND j.status IN ('sent', 'failed', 'expired')"
 "           AND j.next_at < now() - t.retention AND j.claimed_by IS NULL"
+"           AND greatest(j.next_at, j.sent_at, j.claimed_at, j.last_ended_at) < now() - t.retention"
 "         ORDER BY j.next_at"		/* keeps the plan on notif_job_kind_next_idx */
 "         LIMIT $1 FOR UPDATE OF j SKIP LOCKED) j"
 "     LIMIT $1),"

@@ -187,6 +187,27 @@ is( $node->safe_psql('postgres', q{
 	'0', 'with their attempt rows');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM notif.notif_job WHERE kind = 'waiting'}),
 	'5', 'queued jobs are kept whatever their age');
+
+# retention counts from when a job finished, not from when it was due: a
+# job that waited past its retention (its provider had no url) is kept
+# for its retention once sent, while purges go on (a canary of
+# shortlived, sent after it, is purged first)
+$node->safe_psql('postgres', q{
+	INSERT INTO notif.notif_provider (name) VALUES ('later');
+	INSERT INTO notif.notif_type (code, delivery, max_tries, retention, provider)
+	VALUES ('waited', 'at_least_once', 1, '10 seconds', 'later');
+	SELECT notif.notif_enqueue(1, 'waited', 'w')});
+ok(wait_until($node, q{SELECT now() > created_at + interval '10 seconds' FROM notif.notif_job WHERE kind = 'waited'}),
+	'a job waited longer than its retention');
+$node->safe_psql('postgres', q{UPDATE notif.notif_provider SET url = '} . $sim->{url} . q{' WHERE name = 'later'});
+ok(wait_until($node, q{SELECT status FROM notif.notif_job WHERE kind = 'waited'}, 'sent'), 'then it is sent');
+$node->safe_psql('postgres', q{SELECT notif.notif_enqueue(1, 'shortlived', 'canary')});
+ok(wait_until($node, q{SELECT count(*) = 0 FROM notif.notif_job WHERE kind = 'shortlived'}),
+	'a purge ran after it was sent (the canary is gone)');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM notif.notif_job WHERE kind = 'waited'}),
+	'1', 'the job sent after waiting is kept: its retention counts from then');
+ok(wait_until($node, q{SELECT count(*) = 0 FROM notif.notif_job WHERE kind = 'waited'}),
+	'and purged once its retention passed');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM notif.notif_job WHERE kind = 'otp'}),
 	'3', 'jobs within their retention are kept (the woken one and two canaries)');
 
