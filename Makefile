@@ -96,7 +96,7 @@ include $(PGXS)
 endif
 
 # PGXS does not track header dependencies: every object depends on every header
-$(OBJS): $(wildcard $(srcdir)/src/*.h)
+$(OBJS): $(wildcard $(srcdir)/src/*.h $(srcdir)/src/*/*.h)
 
 # the provider simulator the TAP tests, benchmarks and demo talk to
 SIM = test/sim/provider_sim
