@@ -134,6 +134,7 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 	curl_off_t	retry_after = 0;
 	long		request_size = 0;
 	curl_off_t	resent = 0;
+	bool		sent;			/* a byte of the request went out */
 
 	curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **) &call);
 	call->ended_at = GetCurrentTimestamp();
@@ -143,8 +144,8 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 	curl_easy_getinfo(easy, CURLINFO_HTTP_VERSION, &call->http_version);
 	curl_easy_getinfo(easy, CURLINFO_REDIRECT_TIME_T, &resent);	/* > 0: sent again */
 	call->retry_after_ms = (int64) retry_after * 1000;
-	call->outcome = notif_classify(result, call->http_status,
-								   request_size > 0 || call->body_sent > 0);
+	sent = request_size > 0 || call->body_sent > 0;
+	call->outcome = notif_classify(result, call->http_status, sent);
 	if (result != CURLE_OK)
 		call->error = MemoryContextStrdup(call->cxt,
 										  call->errbuf[0] ? call->errbuf : curl_easy_strerror(result));
@@ -161,7 +162,7 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 	if (call->on_done == NULL && call->http_status != 0)
 		notif_ramp_answered(pool, call->http_version, call->ended_at);
 	else if (call->on_done == NULL && result != CURLE_OK)
-		notif_ramp_failed(pool, request_size > 0 || call->body_sent > 0, call->ended_at);
+		notif_ramp_failed(pool, sent, call->ended_at);
 
 	leave_pool(call, call->ended_at, result != CURLE_OK || resent > 0);
 	dlist_delete(&call->node);
