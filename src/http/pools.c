@@ -61,6 +61,13 @@ static int	n_pools = 0;
 static int	n_plain_pools = 0;
 static bool full_warned = false;	/* since an HTTPS pool last opened */
 
+/* Does a provider's url go over TLS (its calls then get a pool of their own)? */
+static bool
+is_https(const char *url)
+{
+	return url != NULL && pg_strncasecmp(url, "https://", 8) == 0;
+}
+
 /* libcurl tells when it next wants to be called without a socket event */
 static int
 timer_cb(CURLM *m, long timeout_ms, void *userp)
@@ -227,8 +234,7 @@ notif_pools_keep_only(const NotifTypeConf *types, int n)
 		if (pool->provider[0] == '\0' || pool->multi == NULL)
 			continue;
 		p = notif_lane_provider(types, n, pool->provider);
-		pool->retired = (p == NULL || p->url == NULL ||
-						 pg_strncasecmp(p->url, "https://", 8) != 0);
+		pool->retired = (p == NULL || !is_https(p->url));
 	}
 	/* those without calls now, so that this round's calls find their slots */
 	notif_pools_close_unused(GetCurrentTimestamp());
@@ -289,7 +295,7 @@ can_open_https_pool(void)
 HttpPool *
 notif_pool_for(NotifCall *call)
 {
-	bool		https = pg_strncasecmp(call->url, "https://", 8) == 0;
+	bool		https = is_https(call->url);
 
 	if (https && call->provider && call->provider[0])
 	{
@@ -383,8 +389,7 @@ notif_pool_room(const char *provider, const char *url, int max_connections)
 {
 	HttpPool   *pool;
 
-	if (url == NULL || pg_strncasecmp(url, "https://", 8) != 0 ||
-		provider == NULL || !provider[0])
+	if (!is_https(url) || provider == NULL || !provider[0])
 		return INT_MAX;
 	pool = https_pool(provider, NULL);
 	if (pool == NULL)
