@@ -76,11 +76,33 @@ sub start_sim
 	die "provider_sim did not start on port $port";
 }
 
+# Stop a simulator (SIGKILL, as a provider that crashes), and wait until no
+# connection to its port is still ESTABLISHED on the client's side: each
+# client has received its FIN, so a sender that would reuse a kept-alive
+# connection finds it dead and opens a new one (refused, never sent).  The
+# kernel may process that FIN a moment after the process is gone (on a
+# busy machine, later still): a call reusing the connection before it did
+# would write its request to the dead peer, which at_most_once must count
+# as ambiguous.
 sub stop_sim
 {
 	my ($sim) = @_;
 	kill 'KILL', $sim->{pid};
 	waitpid($sim->{pid}, 0);
+	my $port = sprintf('%04X', $sim->{port});
+	for (1 .. 200)
+	{
+		my $open = 0;
+		for my $f ('/proc/net/tcp', '/proc/net/tcp6')
+		{
+			open(my $fh, '<', $f) or next;
+			# "sl local_address rem_address st ...": 01 is ESTABLISHED
+			$open += grep { (split ' ')[2] =~ /:$port$/ && (split ' ')[3] eq '01' } <$fh>;
+		}
+		return if $open == 0;
+		usleep(50_000);
+	}
+	diag("connections to port $sim->{port} still established 10 s after its simulator stopped");
 }
 
 # GET a control endpoint of the simulator; returns the body.
