@@ -1,9 +1,10 @@
 # 025_claim_plans.pl: the plans of a sender's statements (its claim, its
-# record of results, its look for the next due job), as auto_explain logs
+# record of results, its look for the next due job, its look for jobs
+# orphaned by a stopped sender), as auto_explain logs
 # them, read every table by key whatever the statistics said when they
 # were made.  Planned once per sender (src/store/job_sql.c), generic, they keep
 # their plan until an ANALYZE: a plan made from statistics that no longer
-# hold must still not read a whole table at each round.  Four sets of
+# hold must still not read a whole table at each round.  Five sets of
 # statistics, each of which once made a plan that did:
 #  - notif_job's from before a bulk enqueue (every job finished, none
 #    queued), notif_active's with the backlog in it (autovacuum analyzes
@@ -18,7 +19,12 @@
 #    claim planned then, and the record with one job, before a burst;
 #  - both analyzed with one job in them (a new install's first job) and
 #    the plans made then by a sender that starts: the record read all of
-#    notif_job at each round, each job matched against every result.
+#    notif_job at each round, each job matched against every result;
+#  - none at all (a new install before autovacuum came), a backlog
+#    enqueued while its type was paused, then resumed: the look for
+#    orphaned jobs walked notif_job by kind, every job (1.6 s at the
+#    start of test/bench/flood.sh's 1,000,000 promotions, in every
+#    sender, the OTPs' included).
 # Autovacuum is off, so that only the statistics set here are seen.
 use strict;
 use warnings;
@@ -82,6 +88,25 @@ sub check_plans
 		"$what: each look for the next due job (" . scalar(@next) . ') reads the due index in order');
 }
 
+# The look for jobs held by senders no longer running (at a sender's start,
+# and at each reload of its configuration: a type paused or resumed) must
+# find them by notif_active's index of held jobs, and read notif_job only
+# by key: it once walked notif_job by kind, every job of every type (1.6 s
+# with a backlog of 1,000,000 promotions, at the flood's start, during
+# which no OTP was claimed).
+sub check_orphans
+{
+	my ($offset, $what) = @_;
+	my @looks = plans_of($offset, qr/a\.claimed_by <> ALL/);
+	cmp_ok(scalar(@looks), '>', 0, "$what: the look for orphaned jobs ran (" . scalar(@looks) . ' times)');
+	is(scalar(grep { !/Index (?:Only )?Scan using notif_active_held_idx/ } @looks), 0,
+		"$what: each look for orphaned jobs reads the index of held jobs");
+	# (the index of held jobs is read whole: it holds only those)
+	my @rest = map { (my $p = $_) =~ s/Index (?:Only )?Scan using notif_active_held_idx[^\n]*\n//g; $p } @looks;
+	is(scalar(grep { /notif_job_kind_next_idx/ || reads_a_whole_table($_) } @rest), 0,
+		"$what: no look for orphaned jobs reads notif_job or notif_active other than by key");
+}
+
 # Enqueue $n jobs of order $order, wait until all are sent.
 sub burst
 {
@@ -108,6 +133,7 @@ my $offset = -s $node->logfile;
 $node->safe_psql('postgres', q{UPDATE notif_type SET paused = false WHERE code = 'bulk'});
 ok(wait_until($node, q{SELECT count(*) = 0 FROM notif_active}), 'the backlog is sent');
 check_plans($offset, 'a backlog analyzed');
+check_orphans($offset, 'a backlog analyzed');
 
 # The sender's next claim, planned again after an ANALYZE, once the queue is empty.
 sub idle_claim
@@ -152,5 +178,25 @@ $node->safe_psql('postgres', q{UPDATE notif_type SET paused = false WHERE code =
 ok(wait_until($node, q{SELECT status = 'sent' FROM notif_job WHERE order_id = 'first'}), 'a new sender sends it');
 burst(10000, 'burst4');
 check_plans($offset, 'one job');
+check_orphans($offset, 'one job');
+
+# 5. Never analyzed (a new install: autovacuum has not come yet), a bulk
+# enqueue of a paused type, then it is resumed: the lane's new sender, and
+# every running one (reloading its configuration), look for orphaned jobs
+# with a backlog in both tables.
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = true WHERE code = 'bulk'});
+ok(wait_until($node, q{SELECT count(*) = 0 FROM notif_workers() WHERE role = 'sender' AND lane = 'bulk' AND pid IS NOT NULL}), 'the lane\'s sender stops');
+$node->safe_psql('postgres', q{
+	DELETE FROM notif_attempt; DELETE FROM notif_job;
+	VACUUM notif_job, notif_active, notif_attempt;
+	DELETE FROM pg_statistic WHERE starelid IN ('notif_job'::regclass, 'notif_active'::regclass);
+	UPDATE pg_class SET reltuples = -1 WHERE oid IN ('notif_job'::regclass, 'notif_active'::regclass);
+	SELECT count(notif_enqueue(g, 'bulk', 'never', '{"to": "+84900000001"}')) FROM generate_series(1, 50000) g;});
+is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_statistic WHERE starelid IN ('notif_job'::regclass, 'notif_active'::regclass)}),
+	'0', 'notif_job and notif_active have no statistics');
+$offset = -s $node->logfile;
+$node->safe_psql('postgres', q{UPDATE notif_type SET paused = false WHERE code = 'bulk'});
+ok(wait_until($node, q{SELECT count(*) = 0 FROM notif_active}), 'the backlog is sent');
+check_orphans($offset, 'never analyzed');
 
 done_testing();
