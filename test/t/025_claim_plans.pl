@@ -182,15 +182,21 @@ check_orphans($offset, 'one job');
 
 # 5. Never analyzed (a new install: autovacuum has not come yet), a bulk
 # enqueue of a paused type, then it is resumed: the lane's new sender, and
-# every running one (reloading its configuration), look for orphaned jobs
-# with a backlog in both tables.
+# the running sender of another lane (reloading its configuration), look
+# for orphaned jobs with a backlog in both tables.
 $node->safe_psql('postgres', q{UPDATE notif_type SET paused = true WHERE code = 'bulk'});
 ok(wait_until($node, q{SELECT count(*) = 0 FROM notif_workers() WHERE role = 'sender' AND lane = 'bulk' AND pid IS NOT NULL}), 'the lane\'s sender stops');
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, lane) VALUES ('otp', 'at_least_once', 3, 'otp')});
+ok(wait_until($node, q{SELECT count(*) = 1 FROM notif_workers() WHERE role = 'sender' AND lane = 'otp' AND pid IS NOT NULL}),
+	'the otp lane\'s sender runs');
 $node->safe_psql('postgres', q{
 	DELETE FROM notif_attempt; DELETE FROM notif_job;
 	VACUUM notif_job, notif_active, notif_attempt;
 	DELETE FROM pg_statistic WHERE starelid IN ('notif_job'::regclass, 'notif_active'::regclass);
-	UPDATE pg_class SET reltuples = -1 WHERE oid IN ('notif_job'::regclass, 'notif_active'::regclass);
+	UPDATE pg_class SET reltuples = -1
+	 WHERE oid IN ('notif_job'::regclass, 'notif_active'::regclass)
+	    OR oid IN (SELECT indexrelid FROM pg_index WHERE indrelid IN ('notif_job'::regclass, 'notif_active'::regclass));
 	SELECT count(notif_enqueue(g, 'bulk', 'never', '{"to": "+84900000001"}')) FROM generate_series(1, 50000) g;});
 is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_statistic WHERE starelid IN ('notif_job'::regclass, 'notif_active'::regclass)}),
 	'0', 'notif_job and notif_active have no statistics');
@@ -198,5 +204,7 @@ $offset = -s $node->logfile;
 $node->safe_psql('postgres', q{UPDATE notif_type SET paused = false WHERE code = 'bulk'});
 ok(wait_until($node, q{SELECT count(*) = 0 FROM notif_active}), 'the backlog is sent');
 check_orphans($offset, 'never analyzed');
+my %pids = map { /\[(\d+)\]/ ? ($1 => 1) : () } plans_of($offset, qr/a\.claimed_by <> ALL/);
+is(scalar(keys %pids), 2, 'never analyzed: both senders looked (the bulk lane\'s at its start, the otp lane\'s at its reload)');
 
 done_testing();
