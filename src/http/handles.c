@@ -16,7 +16,7 @@
 #include "core/notif_deliver.h"
 #include "http/http.h"
 
-#define MAX_ANSWER (16 * 1024)
+#define MAX_ANSWER (16 * 1024)	/* the most of an answer read (write_cb) */
 #define HANDLE_RECV_BUFFER 4096		/* libcurl's default: 16 kB */
 #define HANDLE_SEND_BUFFER (16 * 1024)	/* libcurl's least; default 64 kB */
 
@@ -146,7 +146,17 @@ read_cb(char *buffer, size_t size, size_t nitems, void *userdata)
 	return n;
 }
 
-/* keep the start of a response body, for last_error's excerpt */
+/*
+ * Keep the start of a response body, for last_error's excerpt, or a push
+ * answer or a token whole (it may hold a secret) up to MAX_ANSWER.  Past
+ * MAX_ANSWER the transfer is ended (returning short makes libcurl fail it
+ * with CURLE_WRITE_ERROR, which http.c's finish_call judges by the status
+ * alone): nothing past it is ever used, and reading megabytes of it held
+ * the call in flight for nothing (a 4 MB APNs answer, read 4 kB at a time
+ * over HTTP/2, once took until the call's timeout).  Answers up to
+ * MAX_ANSWER are read whole, so their connection stays open for the next
+ * call; a longer one closes it (HTTP/1.1) or resets its stream (HTTP/2).
+ */
 static size_t
 write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
@@ -155,24 +165,29 @@ write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 	size_t		room = sizeof(call->response) - 1 - call->response_len;
 	size_t		kept = Min(n, room);
 
-	/*
-	 * A push answer or a token is read whole (it may hold a secret), up to
-	 * MAX_ANSWER: the rest of a longer one is dropped (its start is kept,
-	 * which does not parse as JSON).
-	 */
 	if (call->answer)
 	{
+		/* a longer one keeps its start, which does not parse as JSON */
 		if (call->answer->len < MAX_ANSWER)
 			appendBinaryStringInfo(call->answer, ptr,
 								   Min(n, (size_t) (MAX_ANSWER - call->answer->len)));
-		return n;
+	}
+	else
+	{
+		/* as received: notif_excerpt makes it printable when it is kept */
+		memcpy(call->response + call->response_len, ptr, kept);
+		call->response_len += kept;
+		if (kept < n)
+			call->response_cut = true;
+		call->response[call->response_len] = '\0';
 	}
 
-	/* as received: notif_excerpt makes it printable when it is kept */
-	memcpy(call->response + call->response_len, ptr, kept);
-	call->response_len += kept;
-	if (kept < n)
+	call->answer_read += n;
+	if (call->answer_read > MAX_ANSWER)
+	{
 		call->response_cut = true;
-	call->response[call->response_len] = '\0';
+		call->answer_unread = true;
+		return 0;
+	}
 	return n;
 }

@@ -135,6 +135,7 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 	long		request_size = 0;
 	curl_off_t	resent = 0;
 	bool		sent;			/* a byte of the request went out */
+	CURLcode	read_result;	/* result, unless only a long answer was cut */
 
 	curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **) &call);
 	call->ended_at = GetCurrentTimestamp();
@@ -145,8 +146,17 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 	curl_easy_getinfo(easy, CURLINFO_REDIRECT_TIME_T, &resent);	/* > 0: sent again */
 	call->retry_after_ms = (int64) retry_after * 1000;
 	sent = request_size > 0 || call->body_sent > 0;
-	call->outcome = notif_classify(result, call->http_status, sent);
-	if (result != CURLE_OK)
+
+	/*
+	 * An answer longer than MAX_ANSWER was not read to its end (handles.c):
+	 * its status and its start are all that is judged, as for one read
+	 * whole.  The handle is still discarded, as after any failed transfer.
+	 */
+	read_result = result;
+	if (result == CURLE_WRITE_ERROR && call->answer_unread && call->http_status != 0)
+		read_result = CURLE_OK;
+	call->outcome = notif_classify(read_result, call->http_status, sent);
+	if (read_result != CURLE_OK)
 		call->error = MemoryContextStrdup(call->cxt,
 										  call->errbuf[0] ? call->errbuf : curl_easy_strerror(result));
 	else if (call->outcome != OUTCOME_ACCEPTED && call->answer == NULL)
@@ -161,7 +171,7 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 	/* what a job's call says of its provider's connections (http/ramp.c) */
 	if (call->on_done == NULL && call->http_status != 0)
 		notif_ramp_answered(pool, call->http_version, call->ended_at);
-	else if (call->on_done == NULL && result != CURLE_OK)
+	else if (call->on_done == NULL && read_result != CURLE_OK)
 		notif_ramp_failed(pool, sent, call->ended_at);
 
 	leave_pool(call, call->ended_at, result != CURLE_OK || resent > 0);
@@ -305,6 +315,8 @@ start(NotifCall *call)
 	call->easy = easy;
 	call->errbuf[0] = '\0';
 	call->body_sent = 0;
+	call->answer_read = 0;
+	call->answer_unread = false;
 
 	/* every option that a call may set, for each call: see http/handles.c */
 	curl_easy_setopt(easy, CURLOPT_PRIVATE, call);

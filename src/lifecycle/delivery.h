@@ -155,6 +155,8 @@ struct NotifCall
 	char		response[256];	/* start of a non-2xx response body */
 	size_t		response_len;
 	bool		response_cut;	/* more came than response holds */
+	size_t		answer_read;	/* bytes of the body received so far */
+	bool		answer_unread;	/* past MAX_ANSWER: the transfer was ended */
 	StringInfo	answer;			/* the whole body (up to 16 kB), when wanted */
 	long		http_version;	/* CURL_HTTP_VERSION_* the answer came over */
 	/* what push/answer.c read in an FCM or APNs answer */

@@ -5,7 +5,8 @@
 # (CURLOPT_PROTOCOLS_STR, src/http/http.c).  A provider answering 64 MB gets its
 # call ended with the right status, the start of the answer in last_error,
 # and the sender's memory does not grow by the answer: it keeps at most 255
-# bytes of it (src/http/http.c, write_cb).
+# bytes of it, and reads no more than 16 kB before it closes the connection
+# (src/http/handles.c, write_cb).
 use strict;
 use warnings;
 use lib 'test';
@@ -16,6 +17,7 @@ use Test::More;
 use IO::Socket::INET;
 use IO::Select;
 use POSIX ();
+use Time::HiRes qw(usleep);
 
 my $node = new_node('transport_limits');
 sub sql { return $node->safe_psql('postgres', $_[0]); }
@@ -54,10 +56,12 @@ my $size = 64 * 1024 * 1024;
 my $big = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 5, Proto => 'tcp')
   or die "listen: $!";
 my $big_port = $big->sockport;
+my $written_file = $node->basedir . '/big_answer_written';
 my $big_pid = fork();
 die "fork: $!" unless defined $big_pid;
 if ($big_pid == 0)
 {
+	$SIG{PIPE} = 'IGNORE';	# a closed connection: syswrite fails
 	while (my $c = $big->accept)
 	{
 		my $req = '';
@@ -72,11 +76,20 @@ if ($big_pid == 0)
 			sysread($c, $body, 65536, length $body) or last;
 		}
 		my $chunk = 'a big answer ' . ('x' x (65536 - 13));
-		print $c "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: $size\r\n"
-		  . "Connection: close\r\n\r\n";
-		print $c $chunk;
-		print $c 'x' x 65536 for 2 .. $size / 65536;
+		syswrite($c, "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: $size\r\n"
+			  . "Connection: close\r\n\r\n");
+		# how much of the answer the sender let through before it closed
+		my $written = 0;
+		while ($written < $size)
+		{
+			my $n = syswrite($c, $written ? 'x' x 65536 : $chunk) or last;
+			$written += $n;
+		}
 		close $c;
+		open(my $fh, '>', "$written_file.tmp") or POSIX::_exit(1);
+		print $fh $written;
+		close $fh;
+		rename("$written_file.tmp", $written_file);
 	}
 	POSIX::_exit(0);
 }
@@ -105,5 +118,13 @@ cmp_ok(length $error, '<=', 255, 'last_error holds no more than 255 bytes of it'
 my $grew = peak_kb() - $peak_before;
 cmp_ok($grew, '<', 8 * 1024, "the sender's peak memory grew by less than 8 MB ($grew kB), not by the answer");
 is(sql(q{SELECT pid FROM notif_workers() WHERE role = 'sender'}), $sender, 'the same sender runs');
+# the sender stops reading past 16 kB and closes the connection: the server
+# can write no more than the sockets' buffers hold (a few MB), not 64 MB
+my $give_up = time + $PostgreSQL::Test::Utils::timeout_default;
+usleep(100_000) until -e $written_file || time > $give_up;
+ok(-e $written_file, 'the server stopped writing the answer');
+my $written = slurp_file($written_file);
+cmp_ok($written, '<', $size / 2,
+	"the sender closed the connection unread: the server wrote $written of $size bytes");
 
 done_testing();
