@@ -264,6 +264,9 @@ record_passing_sql(void)
  * statistics (a new install before autovacuum came), it walked notif_job
  * by kind, every job of every type (1.6 s with a backlog of 1,000,000,
  * during which the sender claimed nothing; test/t/025_claim_plans.pl).
+ * The outer WHERE repeats the sub-select's filter on the holder: only it
+ * is checked again on a row that changed before its lock was taken (a job
+ * claimed again meanwhile is then skipped).
  */
 static const char *const sql_orphans =
 "SELECT j.id, j.kind, j.status, j.tries, j.claimed_by, j.claimed_at, j.deadline_at,"
