@@ -8,7 +8,9 @@
 #                            (removed when the script exits)
 #   installcheck ARGS...     make installcheck ARGS there, as the test user;
 #                            on failure, prints regression.diffs and the end
-#                            of each TAP log; returns make's status
+#                            of each TAP log, and keeps in IC_FAILED the
+#                            checks that failed (for a summary at the end
+#                            of a long run); returns make's status
 
 installcheck_copy()
 {
@@ -24,8 +26,12 @@ installcheck_copy()
 
 installcheck()
 {
-	local status=0 f
-	(cd "$IC_WORK/src" && TMPDIR="$IC_WORK" "${IC_AS_USER[@]}" make installcheck "$@") || status=$?
+	local status=0 f out="$IC_WORK/installcheck.out"
+	{
+		(cd "$IC_WORK/src" && TMPDIR="$IC_WORK" "${IC_AS_USER[@]}" make installcheck "$@") 2>&1 &&
+			echo 0 >"$out.rc" || echo $? >"$out.rc"
+	} | tee "$out"
+	status=$(cat "$out.rc")
 	if [ $status -ne 0 ]; then
 		echo "== FAILED: diagnostics"
 		[ -f "$IC_WORK/src/regression.diffs" ] && cat "$IC_WORK/src/regression.diffs"
@@ -34,6 +40,15 @@ installcheck()
 			echo "---- $f"
 			tail -n 60 "$f"
 		done
+		# pg_regress's failed tests, prove's summary, each failed check
+		IC_FAILED=$(
+			{
+				grep -E '^not ok|^# +(Failed test|got:|expected:|timed out)|Wstat|^ +Failed tests?:' "$out"
+				grep -H -E '^\[[0-9:.]+\]\([0-9.]+s\) not ok' "$IC_WORK"/src/tmp_check/log/regress_log_* 2>/dev/null |
+					sed -e 's|^.*/regress_log_||' -e 's/:\[[0-9:.]*\]([0-9.]*s) /: /'
+			} | awk '!seen[$0]++' | head -n 40
+		) || true
+		IC_FAILED=${IC_FAILED:-"make installcheck exited $status (no failed check found in its logs)"}
 	fi
 	return $status
 }
