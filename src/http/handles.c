@@ -17,7 +17,7 @@
 #include "http/http.h"
 
 #define MAX_ANSWER (16 * 1024)	/* the most of an answer read (write_cb) */
-#define HANDLE_RECV_BUFFER 4096		/* libcurl's default: 16 kB */
+#define HANDLE_RECV_BUFFER 4096		/* a read's most; libcurl's default: 16 kB */
 #define HANDLE_SEND_BUFFER (16 * 1024)	/* libcurl's least; default 64 kB */
 
 /*
@@ -148,14 +148,19 @@ read_cb(char *buffer, size_t size, size_t nitems, void *userdata)
 
 /*
  * Keep the start of a response body, for last_error's excerpt, or a push
- * answer or a token whole (it may hold a secret) up to MAX_ANSWER.  Past
- * MAX_ANSWER the transfer is ended (returning short makes libcurl fail it
- * with CURLE_WRITE_ERROR, which http.c's finish_call judges by the status
- * alone): nothing past it is ever used, and reading megabytes of it held
- * the call in flight for nothing (a 4 MB APNs answer, read 4 kB at a time
- * over HTTP/2, once took until the call's timeout).  Answers up to
- * MAX_ANSWER are read whole, so their connection stays open for the next
- * call; a longer one closes it (HTTP/1.1) or resets its stream (HTTP/2).
+ * answer or a token whole (it may hold a secret) up to MAX_ANSWER.
+ *
+ * Past MAX_ANSWER, an answer that is not 2xx is ended there (returning
+ * short makes libcurl fail the transfer with CURLE_WRITE_ERROR, which
+ * http.c's finish_call judges by the status alone): nothing past it is
+ * ever used, and reading megabytes of it held the call in flight for
+ * nothing (a 4 MB APNs 400, read 4 kB at a time over HTTP/2, once took
+ * until the call's timeout).  A 2xx is read to its end, dropped as it
+ * comes, as before: the provider took the request, and no call ends one
+ * of its answers early (one that still works while it answers could take
+ * that for a cancel).  Answers up to MAX_ANSWER are read whole, so their
+ * connection stays open for the next call; a longer one closes it
+ * (HTTP/1.1) or resets its stream (HTTP/2).
  */
 static size_t
 write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
@@ -185,9 +190,14 @@ write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 	call->answer_read += n;
 	if (call->answer_read > MAX_ANSWER)
 	{
-		call->response_cut = true;
-		call->answer_unread = true;
-		return 0;
+		long		status = 0;
+
+		curl_easy_getinfo(call->easy, CURLINFO_RESPONSE_CODE, &status);
+		if (status < 200 || status >= 300)
+		{
+			call->answer_unread = true;
+			return 0;
+		}
 	}
 	return n;
 }

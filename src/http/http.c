@@ -148,12 +148,13 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 	sent = request_size > 0 || call->body_sent > 0;
 
 	/*
-	 * An answer longer than MAX_ANSWER was not read to its end (handles.c):
-	 * its status and its start are all that is judged, as for one read
-	 * whole.  The handle is still discarded, as after any failed transfer.
+	 * A non-2xx answer longer than MAX_ANSWER was not read to its end
+	 * (handles.c): its status and its start are all that is judged, as for
+	 * one read whole.  The handle is still discarded, as after any failed
+	 * transfer.
 	 */
 	read_result = result;
-	if (result == CURLE_WRITE_ERROR && call->answer_unread && call->http_status != 0)
+	if (call->answer_unread && call->http_status != 0)
 		read_result = CURLE_OK;
 	call->outcome = notif_classify(read_result, call->http_status, sent);
 	if (read_result != CURLE_OK)

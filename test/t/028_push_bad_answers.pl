@@ -95,9 +95,9 @@ is(sql("SELECT string_agg(DISTINCT error, ',') FROM notif_calls WHERE job_id = $
 	'apns 502: its body in the error as printable ASCII, each other byte a "?"');
 
 # --- APNs: a 400 whose answer is 4 MB ---------------------------------------
-# a push answer is read up to 16 kB (MAX_ANSWER, src/http/http.c): the rest is
-# dropped, so the sender's memory does not grow by the answer, and the cut
-# answer is not JSON: its status alone decides, its start is last_error
+# a push answer is kept up to 16 kB (MAX_ANSWER, src/http/handles.c), and a
+# 400 read no further: the sender's memory does not grow by the answer, and
+# the cut answer is not JSON: its status alone decides, its start is last_error
 sub peak_kb { return (slurp_file("/proc/$sender/status") =~ /^VmHWM:\s+(\d+) kB/m)[0]; }
 my $peak_before = peak_kb();
 my $jfat = sql(q{SELECT notif_enqueue(5, 'apns_push', 'fat', '{"device_token": "fa700001", "headers": {"apns-topic": "t"}, "aps": {}}')});

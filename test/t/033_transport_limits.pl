@@ -6,7 +6,8 @@
 # call ended with the right status, the start of the answer in last_error,
 # and the sender's memory does not grow by the answer: it keeps at most 255
 # bytes of it, and reads no more than 16 kB before it closes the connection
-# (src/http/handles.c, write_cb).
+# (src/http/handles.c, write_cb).  A 64 MB 200 is read to its end (the
+# provider took the request; the call is not ended early), kept alike.
 use strict;
 use warnings;
 use lib 'test';
@@ -51,8 +52,10 @@ ok(!IO::Select->new($ftp)->can_read(0), 'ftp://: no connection was ever made to 
 
 # --- a 64 MB answer: the call ends, the sender keeps 255 bytes -------------
 my $size = 64 * 1024 * 1024;
-# it answers every request 400 with $size bytes; a child, which leaves
-# with _exit (an exit would run the test's END blocks: stop the node)
+# it answers every request 400 with $size bytes (200 to a request for
+# /ok), and writes down how many the sender let through before it closed;
+# a child, which leaves with _exit (an exit would run the test's END
+# blocks: stop the node)
 my $big = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 5, Proto => 'tcp')
   or die "listen: $!";
 my $big_port = $big->sockport;
@@ -76,20 +79,21 @@ if ($big_pid == 0)
 			sysread($c, $body, 65536, length $body) or last;
 		}
 		my $chunk = 'a big answer ' . ('x' x (65536 - 13));
-		syswrite($c, "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: $size\r\n"
-			  . "Connection: close\r\n\r\n");
-		# how much of the answer the sender let through before it closed
+		my $ok = $head =~ m{^POST /ok };
+		syswrite($c, ($ok ? "HTTP/1.1 200 OK" : "HTTP/1.1 400 Bad Request")
+			  . "\r\nContent-Type: text/plain\r\nContent-Length: $size\r\nConnection: close\r\n\r\n");
 		my $written = 0;
 		while ($written < $size)
 		{
-			my $n = syswrite($c, $written ? 'x' x 65536 : $chunk) or last;
+			my $n = syswrite($c, $written ? 'x' x 65536 : $chunk, $size - $written) or last;
 			$written += $n;
 		}
 		close $c;
-		open(my $fh, '>', "$written_file.tmp") or POSIX::_exit(1);
+		my $file = $written_file . ($ok ? '.ok' : '');
+		open(my $fh, '>', "$file.tmp") or POSIX::_exit(1);
 		print $fh $written;
 		close $fh;
-		rename("$written_file.tmp", $written_file);
+		rename("$file.tmp", $file);
 	}
 	POSIX::_exit(0);
 }
@@ -98,8 +102,10 @@ END { kill 'KILL', $big_pid if $big_pid; }
 my $sim = start_sim();
 set_provider($node, 'small', $sim->{url}, idempotency_header => q('Idempotency-Key'));
 set_provider($node, 'big', "http://127.0.0.1:$big_port/send", timeout => q('60 s'));
+set_provider($node, 'big_ok', "http://127.0.0.1:$big_port/ok", timeout => q('60 s'));
 sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES
-      ('small', 'at_least_once', 1, 'small'), ('big', 'at_least_once', 1, 'big')});
+      ('small', 'at_least_once', 1, 'small'), ('big', 'at_least_once', 1, 'big'),
+      ('big_ok', 'at_least_once', 1, 'big_ok')});
 
 # the sender, warmed up by an ordinary call, and its peak memory
 my $warm = sql(q{SELECT notif_enqueue(1, 'small', 'warm', '{"text": "x"}')});
@@ -120,11 +126,25 @@ cmp_ok($grew, '<', 8 * 1024, "the sender's peak memory grew by less than 8 MB ($
 is(sql(q{SELECT pid FROM notif_workers() WHERE role = 'sender'}), $sender, 'the same sender runs');
 # the sender stops reading past 16 kB and closes the connection: the server
 # can write no more than the sockets' buffers hold (a few MB), not 64 MB
-my $give_up = time + $PostgreSQL::Test::Utils::timeout_default;
-usleep(100_000) until -e $written_file || time > $give_up;
-ok(-e $written_file, 'the server stopped writing the answer');
-my $written = slurp_file($written_file);
+sub written
+{
+	my ($file) = @_;
+	my $give_up = time + $PostgreSQL::Test::Utils::timeout_default;
+	usleep(100_000) until -e $file || time > $give_up;
+	return -e $file ? slurp_file($file) : -1;
+}
+my $written = written($written_file);
+cmp_ok($written, '>=', 0, 'the server stopped writing the answer');
 cmp_ok($written, '<', $size / 2,
 	"the sender closed the connection unread: the server wrote $written of $size bytes");
+
+# --- a 64 MB 200: read to its end (the provider took the request) ----------
+my $ok_job = sql(q{SELECT notif_enqueue(1, 'big_ok', 'b', '{"text": "x"}')});
+ok(wait_until($node, "SELECT status <> 'queued' AND claimed_by IS NULL FROM notif_job WHERE id = $ok_job"),
+	'the call answered 200 with 64 MB finished');
+is(job_row($node, $ok_job), 'sent accepted 1 200', 'the 64 MB 200: sent');
+is(written("$written_file.ok"), $size, 'the 64 MB 200 was read to its end: the server wrote all of it');
+$grew = peak_kb() - $peak_before;
+cmp_ok($grew, '<', 8 * 1024, "the sender's peak memory grew by less than 8 MB ($grew kB) after both");
 
 done_testing();
