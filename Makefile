@@ -76,7 +76,13 @@ OBJS = \
 	src/enqueue/indexes.o \
 	src/enqueue/type_cache.o
 
-DATA = $(wildcard notif_deliver--*.sql) $(wildcard notif_deliver_router--*.sql)
+# The install script of the version in progress is built, never edited: the
+# last released one followed by the update to it (a schema change is
+# written once, in the update script)
+NOTIF_INSTALL_SQL = notif_deliver--1.4.sql
+DATA = $(filter-out $(NOTIF_INSTALL_SQL),$(wildcard notif_deliver--*.sql)) \
+	$(wildcard notif_deliver_router--*.sql)
+DATA_built = $(NOTIF_INSTALL_SQL)
 
 REGRESS = setup lifecycle excerpt transport schema enqueue enqueue_paths privileges push replay stats operations shards upgrade
 TAP_TESTS = 1
@@ -97,6 +103,11 @@ endif
 
 # PGXS does not track header dependencies: every object depends on every header
 $(OBJS): $(wildcard $(srcdir)/src/*.h $(srcdir)/src/*/*.h)
+
+$(NOTIF_INSTALL_SQL): notif_deliver--1.3.sql notif_deliver--1.3--1.4.sql
+	{ printf -- '-- %s: built by make from %s and %s; edit those, not this file\n\n' $@ $^; \
+	  cat $(word 1,$^); \
+	  sed -e '/^-- complain if script is sourced/d' -e '/^\\echo Use "ALTER EXTENSION/d' $(word 2,$^); } > $@
 
 # the provider simulator the TAP tests, benchmarks and demo talk to
 SIM = test/sim/provider_sim

@@ -7,9 +7,9 @@
  *
  * Each part below says what it adds; docs: doc/reference.md, "Upgrading".
  *
- * EVERY CHANGE TO 1.3 GOES INTO BOTH FILES: this one and
- * notif_deliver--1.3.sql, the full install script that CREATE EXTENSION
- * runs.  The regression test sql/upgrade.sql proves that they agree (it
+ * 1.3 is released: this file and notif_deliver--1.3.sql no longer
+ * change (1.4's changes go into notif_deliver--1.3--1.4.sql).  The
+ * regression test sql/upgrade.sql proves that they agree (it
  * compares a database updated 1.0 -> 1.1 -> 1.2 -> 1.3 with a fresh one:
  * sql/schema_fingerprint.sql).
  */

@@ -6,8 +6,9 @@
  *      --1.2--1.3.sql) stay for ALTER EXTENSION ... UPDATE, and for
  *      CREATE EXTENSION notif_deliver VERSION '1.0' (or '1.1', '1.2').
  *
- * EVERY CHANGE TO 1.3 GOES INTO BOTH FILES: this one and
- * notif_deliver--1.2--1.3.sql.  The regression test sql/upgrade.sql proves
+ * 1.3 is released: this file no longer changes.  make builds the 1.4
+ * install script from it and notif_deliver--1.3--1.4.sql, where every
+ * change to 1.4 goes.  The regression test sql/upgrade.sql proves
  * that they agree: it compares what this script makes with what 1.0 and
  * the updates to 1.3 make (sql/schema_fingerprint.sql: columns in order,
  * constraints, indexes, triggers, functions with their bodies, views,

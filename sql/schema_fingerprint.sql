@@ -2,7 +2,7 @@
 -- indexes, triggers, functions (their whole definitions), views, the
 -- tables' storage and privileges, comments, the extension's members, and
 -- what pg_dump keeps, in order (used by upgrade.sql in two databases: one
--- updated from 1.0, one made by CREATE EXTENSION with notif_deliver--1.3.sql)
+-- updated from 1.0, one made by CREATE EXTENSION: notif_deliver--1.4.sql)
 SELECT md5(string_agg(x, E'\n' ORDER BY x)) AS fingerprint FROM (
     SELECT format('%s.%s %s %s %s %s', c.relname, a.attnum, a.attname,
                   format_type(a.atttypid, a.atttypmod), a.attnotnull,

@@ -1,5 +1,5 @@
 -- upgrade: ALTER EXTENSION notif_deliver UPDATE from 1.0 to 1.1, then on
--- to the current version (1.1 -> 1.2 -> 1.3), on a database that has jobs:
+-- to the current version (1.1 -> 1.2 -> 1.3 -> 1.4), on a database that has jobs:
 -- nothing is lost, the new objects work at once, and the result is what
 -- CREATE EXTENSION makes.
 

@@ -14,7 +14,7 @@ use Test::More;
 
 our @EXPORT = qw(new_node configure_node start_sim sim_get ledger ledger_key stats wait_until headers_of
   job_row set_provider last_request doc_sql wait_config_read table_rows wait_until_ledger
-  active_mismatches);
+  active_mismatches schema_version);
 
 # simulators started by this test, stopped when it ends
 my @sims;
@@ -181,6 +181,16 @@ sub stats
 	my ($sim) = @_;
 	my %s = map { split / /, $_, 2 } split /\n/, sim_get($sim, '/stats');
 	return \%s;
+}
+
+# The version CREATE EXTENSION notif_deliver installs (the control file's
+# default_version), read from the tree the tests run in.
+sub schema_version
+{
+	open(my $fh, '<', 'notif_deliver.control') or die "notif_deliver.control: $!";
+	my ($v) = map { /^default_version\s*=\s*'([^']+)'/ ? $1 : () } <$fh>;
+	close $fh;
+	return $v // die 'no default_version in notif_deliver.control';
 }
 
 # Poll a query until it returns the expected value (up to

@@ -34,7 +34,7 @@
  * ALTER EXTENSION ... UPDATE brings an older installation to it, nothing is
  * sent (enqueueing goes on).
  */
-#define NOTIF_SCHEMA_VERSION	"1.3"
+#define NOTIF_SCHEMA_VERSION	"1.4"
 
 /*
  * The launcher's and the senders' lock_timeout.  Their statements pass

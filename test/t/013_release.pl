@@ -70,7 +70,8 @@ sub edit_meta
 # ---------------------------------------------------------------- meta_check
 my ($rc, $out) = meta_check($top);
 is($rc, 0, 'meta_check passes on this tree') or diag($out);
-like($out, qr/valid PGXN metadata for notif_deliver 1\.3\.0/, 'for notif_deliver 1.3.0');
+my $v = decode_json(slurp("$top/META.json"))->{version};
+like($out, qr/valid PGXN metadata for notif_deliver \Q$v\E/, "for notif_deliver $v");
 
 # One change to a copy of the tree, and the problem meta_check must name.
 sub fails_with
@@ -109,21 +110,21 @@ edit_meta($router, sub {
 });
 ($rc, $out) = meta_check($router);
 is($rc, 0, 'with the router in provides and plproxy in prereqs, it passes') or diag($out);
-like($out, qr/notif_deliver 1\.3\.0, notif_deliver_router 1\.0\.0/, '  naming both extensions');
+like($out, qr/notif_deliver \Q$v\E, notif_deliver_router 1\.0\.0/, '  naming both extensions');
 
 fails_with('an entry without a control file',
 	sub { edit_meta($_[0], sub { $_[0]{provides}{notif_other} = { file => 'META.json', version => '1.0.0' } }) },
 	qr/provides\.notif_other: the distribution has no notif_other\.control/);
 fails_with('a default_version META.json does not have',
-	sub { my $c = slurp("$_[0]/notif_deliver.control") =~ s/default_version = '1\.3'/default_version = '1.4'/r;
+	sub { my $c = slurp("$_[0]/notif_deliver.control") =~ s/default_version = '[0-9.]+'/default_version = '9.9'/r;
 		spew("$_[0]/notif_deliver.control", $c) },
-	qr/provides\.notif_deliver\.version: 1\.3\.0, but notif_deliver\.control's default_version 1\.4 makes it 1\.4\.0/);
+	qr/provides\.notif_deliver\.version: \Q$v\E, but notif_deliver\.control's default_version 9\.9 makes it 9\.9\.0/);
 fails_with('a distribution version that is not its extension\'s',
-	sub { edit_meta($_[0], sub { $_[0]{version} = '1.3.1' }) },
-	qr/version: 1\.3\.1, but the main extension notif_deliver is at 1\.3\.0/);
+	sub { edit_meta($_[0], sub { $_[0]{version} = '9.9.1' }) },
+	qr/version: 9\.9\.1, but the main extension notif_deliver is at \Q$v\E/);
 fails_with('a Debian version that is not META.json\'s',
-	sub { spew("$_[0]/debian/changelog", slurp("$_[0]/debian/changelog") =~ s/\(1\.3\.0-1\)/(1.4.0-1)/r) },
-	qr/debian\/changelog: version 1\.4\.0-1, but META\.json says 1\.3\.0/);
+	sub { spew("$_[0]/debian/changelog", slurp("$_[0]/debian/changelog") =~ s/\(\Q$v\E-1\)/(9.9.0-1)/r) },
+	qr/debian\/changelog: version 9\.9\.0-1, but META\.json says \Q$v\E/);
 fails_with('a PostgreSQL prereq wider than what is tested',
 	sub { edit_meta($_[0], sub { $_[0]{prereqs}{runtime}{requires}{PostgreSQL} = '15.0.0' }) },
 	qr/PostgreSQL: "15\.0\.0", but debian\/pgversions builds and tests 15, 17, 18: ">= 15\.0\.0, < 19\.0\.0"/);
@@ -185,13 +186,13 @@ SKIP:
 	skip 'git is not installed', 9 unless system('command -v git >/dev/null') == 0;
 	my $repo = copy_tree();
 	my $git = "cd '$repo' && git -c user.name=test -c user.email=test\@localhost";
-	system("$git init -q && $git add -A && $git commit -q -m release && $git tag v1.3.0") == 0
+	system("$git init -q && $git add -A && $git commit -q -m release && $git tag v$v") == 0
 	  or die 'cannot make the test repository';
 
 	$out = `cd '$repo' && bash release/dist 2>&1`;
-	is($?, 0, 'make dist archives the tag v1.3.0') or diag($out);
-	my $zip = "$repo/notif_deliver-1.3.0.zip";
-	ok(-f $zip, 'as notif_deliver-1.3.0.zip');
+	is($?, 0, "make dist archives the tag v$v") or diag($out);
+	my $zip = "$repo/notif_deliver-$v.zip";
+	ok(-f $zip, "as notif_deliver-$v.zip");
 
 	my (%members, $meta_text);
 	my $u = IO::Uncompress::Unzip->new($zip) or die "unzip: $UnzipError";
@@ -199,30 +200,30 @@ SKIP:
 	{
 		my $name = $u->getHeaderInfo->{Name};
 		$members{$name} = 1;
-		if ($name eq 'notif_deliver-1.3.0/META.json')
+		if ($name eq "notif_deliver-$v/META.json")
 		{
 			local $/;
 			$meta_text = <$u>;
 		}
 	}
-	is(scalar(grep { !m{^notif_deliver-1\.3\.0/} } keys %members), 0,
-		'everything in it is under notif_deliver-1.3.0/');
-	ok(defined $meta_text && decode_json($meta_text)->{version} eq '1.3.0', 'its META.json says 1.3.0');
+	is(scalar(grep { !m{^notif_deliver-\Q$v\E/} } keys %members), 0,
+		"everything in it is under notif_deliver-$v/");
+	ok(defined $meta_text && decode_json($meta_text)->{version} eq $v, "its META.json says $v");
 	my @wanted = grep { /^[^\/]*(\.control|\.sql)$/ || $_ eq 'Makefile' || m{^src/.*\.c$} } @files;
-	is_deeply([ grep { !$members{"notif_deliver-1.3.0/$_"} } @wanted ], [],
+	is_deeply([ grep { !$members{"notif_deliver-$v/$_"} } @wanted ], [],
 		'it holds the Makefile, the sources, every control file and script (' . scalar(@wanted) . ' files)');
-	is_deeply([ grep { m{^notif_deliver-1\.3\.0/\.(ci|git)} } sort keys %members ], [],
+	is_deeply([ grep { m{^notif_deliver-\Q$v\E/\.(ci|git)} } sort keys %members ], [],
 		'and none of CI\'s or git\'s files');
 
-	system("$git tag -d v1.3.0 >/dev/null") == 0 or die;
+	system("$git tag -d v$v >/dev/null") == 0 or die;
 	unlink $zip;
 	$out = `cd '$repo' && bash release/dist 2>&1`;
-	like($out, qr/no tag v1\.3\.0: tag the release first/, 'without the tag, make dist says to tag first');
+	like($out, qr/no tag v\Q$v\E: tag the release first/, 'without the tag, make dist says to tag first');
 
 	edit_meta($repo, sub { $_[0]{provides}{notif_deliver}{version} = '1.1.0' });
-	system("$git commit -q -a -m wrong && $git tag v1.3.0") == 0 or die;
+	system("$git commit -q -a -m wrong && $git tag v$v") == 0 or die;
 	$out = `cd '$repo' && bash release/dist 2>&1`;
-	like($out, qr/the META\.json of v1\.3\.0 does not match its release/,
+	like($out, qr/the META\.json of v\Q$v\E does not match its release/,
 		'a tag whose META.json is wrong is refused');
 	ok(!-e $zip, '  and no archive is made');
 }
