@@ -60,6 +60,7 @@ OBJS = \
 	src/store/planner_policy.o \
 	src/store/spi_values.o \
 	src/sender/batch.o \
+	src/sender/breaker.o \
 	src/sender/calls.o \
 	src/sender/lookup.o \
 	src/sender/report.o \

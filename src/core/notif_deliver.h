@@ -106,6 +106,32 @@ typedef struct NotifLaneSlot
 	char		unshared[NOTIF_UNSHARED_SHOWN][NOTIF_NAME_MAXLEN];
 } NotifLaneSlot;
 
+/*
+ * A provider's circuit breaker (sender/breaker.c), in its provider slot:
+ * closed (calls go), open (no call starts until probe_at), or half-open
+ * (the cooldown passed; one probe call, started at probe_started, decides).
+ */
+typedef enum NotifBreakerState
+{
+	BREAKER_CLOSED,
+	BREAKER_OPEN,
+	BREAKER_HALF_OPEN
+} NotifBreakerState;
+
+#define NOTIF_BREAKER_ERROR_LEN	128	/* an excerpt (NOTIF_EXCERPT_MAX) and more */
+
+typedef struct NotifBreaker
+{
+	NotifBreakerState state;
+	TimestampTz since;			/* when it entered this state; 0: never left closed */
+	TimestampTz probe_at;		/* open: when the probe may go */
+	TimestampTz probe_until;	/* half-open: the probe is given up after this */
+	int			failures;		/* consecutive calls that said the provider is down */
+	int64		refused;		/* calls it refused while open, since the slot was taken */
+	int64		opened;			/* times it opened */
+	char		last_error[NOTIF_BREAKER_ERROR_LEN];	/* of the last such call */
+} NotifBreaker;
+
 /* a provider's limits shared by all lanes (throttle.c), under providers_lock */
 typedef struct NotifProviderSlot
 {
@@ -117,6 +143,7 @@ typedef struct NotifProviderSlot
 	TimestampTz refilled_at;
 	TimestampTz paused_until;	/* after a 429 with Retry-After */
 	bool		starved;		/* a lane found no room: wake senders on release */
+	NotifBreaker breaker;		/* its circuit breaker (sender/breaker.c) */
 } NotifProviderSlot;
 
 typedef struct NotifShared

@@ -9,6 +9,8 @@
  *      last committed.
  *      notif_provider_slots(): the providers' shared limits in use, and the
  *      providers limited per lane because every shared slot was taken.
+ *      notif_provider_breakers(): their circuit breakers (the view
+ *      notif_provider_health).
  *
  *-------------------------------------------------------------------------
  */
@@ -24,6 +26,7 @@
 PG_FUNCTION_INFO_V1(notif_workers);
 PG_FUNCTION_INFO_V1(notif_provider_slots);
 PG_FUNCTION_INFO_V1(notif_config_applied);
+PG_FUNCTION_INFO_V1(notif_provider_breakers);
 
 static const char *
 state_name(NotifWorkerState state)
@@ -208,4 +211,60 @@ notif_config_applied(PG_FUNCTION_ARGS)
 	}
 	LWLockRelease(notif_shared->lanes_lock);
 	PG_RETURN_BOOL(applied && (found || lane == NULL));
+}
+
+/*
+ * notif_provider_breakers(): name, state, since, consecutive_failures,
+ * last_error, refused_calls of each shared provider slot's circuit breaker
+ * (sender/breaker.c).  An open breaker whose cooldown passed is half-open
+ * from then: a probe may go.
+ */
+Datum
+notif_provider_breakers(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TimestampTz now = GetCurrentTimestamp();
+	Datum		values[6];
+	bool		nulls[6];
+	int			i;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (notif_shared == NULL)
+		PG_RETURN_VOID();
+
+	for (i = 0; i < notif_max_providers; i++)
+	{
+		NotifProviderSlot p;
+		NotifBreaker *b = &p.breaker;
+		const char *state = "closed";
+		TimestampTz since;
+
+		LWLockAcquire(notif_shared->providers_lock, LW_SHARED);
+		p = notif_providers[i];
+		LWLockRelease(notif_shared->providers_lock);
+		if (!p.in_use || (p.senders == 0 && p.inflight == 0))
+			continue;			/* free for another provider */
+		since = b->since;
+		if (b->state == BREAKER_HALF_OPEN)
+			state = "half_open";
+		else if (b->state == BREAKER_OPEN && now >= b->probe_at)
+		{
+			state = "half_open";
+			since = Max(b->since, b->probe_at);
+		}
+		else if (b->state == BREAKER_OPEN)
+			state = "open";
+		memset(nulls, false, sizeof(nulls));
+		values[0] = CStringGetTextDatum(p.name);
+		values[1] = CStringGetTextDatum(state);
+		values[2] = TimestampTzGetDatum(since);
+		nulls[2] = (since == 0);
+		values[3] = Int32GetDatum(b->failures);
+		b->last_error[sizeof(b->last_error) - 1] = '\0';
+		values[4] = CStringGetTextDatum(b->last_error);
+		nulls[4] = (b->last_error[0] == '\0');
+		values[5] = Int64GetDatum(b->refused);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	PG_RETURN_VOID();
 }

@@ -77,6 +77,9 @@ typedef struct NotifProviderConf
 	char	   *ca_cert;		/* PEM CA certificates, or NULL */
 	int64		dedup_reach_ms; /* its dedup_window less its timeout; 0: none */
 	NotifLookupConf *lookup;	/* its status lookup, or NULL */
+	int			breaker_threshold;	/* failures in a row that open its
+									 * breaker; 0: no breaker */
+	int64		breaker_cooldown_ms;	/* open this long before a probe */
 	int			throttle;		/* its throttle handle (throttle.c) */
 } NotifProviderConf;
 
@@ -86,8 +89,11 @@ typedef struct NotifTypeConf
 	char	   *code;
 	NotifDelivery delivery;
 	int			priority;
+	bool		has_deadline;	/* notif_type.deadline is set */
 	NotifRetryPolicy policy;
 	NotifProviderConf provider;
+	TimestampTz expired_at;		/* its late jobs were last expired while
+								 * its provider's breaker was open */
 } NotifTypeConf;
 
 /* a job held by a sender, as its claim left it */
@@ -102,6 +108,7 @@ typedef struct NotifJobRef
 	NotifRetryPolicy policy;	/* its type's */
 	NotifDedup	dedup;			/* its provider's deduplication window */
 	NotifLookup lookup;			/* what the status lookup said before this call */
+	bool		breaker_open;	/* its provider's breaker refused the call */
 } NotifJobRef;
 
 /* one provider call, from claim to recorded result */
@@ -115,6 +122,9 @@ struct NotifCall
 	long		timeout_ms;		/* the provider's, at the claim */
 	long		connect_timeout_ms;
 	int			throttle;		/* its provider's throttle handle */
+	int			breaker_threshold;	/* its provider's, at the claim */
+	int64		breaker_cooldown_ms;
+	bool		probe;			/* the one call of a half-open breaker */
 
 	/* the request */
 	CURL	   *easy;

@@ -54,6 +54,17 @@ static const NotifTransitionRow transitions[] = {
 	{"claim_at_least_once", EVENT_CLAIM, ALO, QUEUED, OUTCOME_ANY, COND_ALWAYS,
 	SENDING, false, TRIES_COUNTED, true, NULL},
 
+	/*
+	 * the provider's circuit breaker was open when the call was to start
+	 * (sender/breaker.c): nothing was sent, so the job goes back to the
+	 * queue with its try given back, either delivery, due when the breaker
+	 * lets a call through again (its deadline holds: claim_late)
+	 */
+	{"amo_breaker_open", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_UNREACHED, COND_BREAKER_OPEN,
+	QUEUED, true, TRIES_UNCOUNTED, false, "the provider's circuit breaker is open: not called"},
+	{"alo_breaker_open", EVENT_CALL_ENDED, ALO, SENDING, OUTCOME_UNREACHED, COND_BREAKER_OPEN,
+	QUEUED, true, TRIES_UNCOUNTED, false, "the provider's circuit breaker is open: not called"},
+
 	/* an at_most_once call ended: the job is already 'sent' */
 	{"amo_accepted", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_ACCEPTED, COND_ALWAYS,
 	SENT, false, TRIES_KEPT, false, NULL},
@@ -297,6 +308,8 @@ condition_holds(NotifCondition when, const NotifFacts *f)
 			return f->reported;
 		case COND_LOOKUP_FOUND:
 			return f->lookup_found;
+		case COND_BREAKER_OPEN:
+			return f->breaker_open;
 	}
 	return false;
 }
@@ -422,7 +435,7 @@ NotifTransition
 notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 				 int tries, const NotifRetryPolicy *policy, TimestampTz now,
 				 TimestampTz deadline_at, int64 retry_after_ms, const NotifDedup *dedup,
-				 bool reported, NotifLookup lookup)
+				 bool reported, NotifLookup lookup, bool breaker_open)
 {
 	NotifTransition t = {0};
 	NotifFacts	facts = {0};
@@ -441,6 +454,7 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 	facts.reported = reported;
 	facts.report_wait = policy->resolve_wait_ms > 0;
 	facts.lookup_found = lookup == LOOKUP_FOUND;
+	facts.breaker_open = breaker_open;
 
 	t.row = notif_find_transition(event, delivery,
 								  (NotifStatus) notif_claim_row(delivery, false)->to,
@@ -464,6 +478,21 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 			wait_until = Min(wait_until,
 							 TimestampTzPlusMilliseconds(deadline_at, -policy->call_timeout_ms));
 		t.next_at = Max(next_at, wait_until);
+	}
+	if (t.row->when == COND_BREAKER_OPEN)
+	{
+		/*
+		 * Due when the breaker lets a call through again (retry_after_ms:
+		 * what is left of its cooldown), no backoff; no later than the
+		 * deadline, when its claim expires it.
+		 */
+		t.next_at = TimestampTzPlusMilliseconds(now, Max(retry_after_ms, 0));
+		if (deadline_at != 0 && t.next_at > deadline_at)
+			t.next_at = deadline_at;
+		t.no_call = true;
+		t.keeps_outcome = true;
+		t.resolution = RESOLUTION_KEPT;
+		return t;
 	}
 	if (t.row->when == COND_IN_DEDUP_WINDOW)
 		t.resolution = RESOLUTION_DEDUP_WINDOW;

@@ -83,8 +83,10 @@ typedef enum NotifCondition
 								 * came before the call ended */
 	COND_REPORT_WAIT,			/* the type waits for a delivery report
 								 * before it retries (resolve_wait) */
-	COND_LOOKUP_FOUND			/* asked before the retry, the provider's
+	COND_LOOKUP_FOUND,			/* asked before the retry, the provider's
 								 * status lookup said it has the message */
+	COND_BREAKER_OPEN			/* the provider's circuit breaker was open
+								 * when the call was to start: no call */
 } NotifCondition;
 
 /*
@@ -159,6 +161,7 @@ typedef struct NotifFacts
 	bool		report_wait;
 	bool		reported;
 	bool		lookup_found;
+	bool		breaker_open;
 } NotifFacts;
 
 /*
@@ -274,6 +277,7 @@ extern NotifTransition notif_after_call(NotifEvent event, NotifDelivery delivery
 										int64 retry_after_ms,
 										const NotifDedup *dedup,
 										bool reported,	/* COND_REPORTED */
-										NotifLookup lookup);
+										NotifLookup lookup,
+										bool breaker_open);	/* COND_BREAKER_OPEN */
 
 #endif							/* NOTIF_JOB_STATE_H */

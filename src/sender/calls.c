@@ -5,8 +5,10 @@
  *      claimed job (sender_new_call), started once its claim has committed
  *      (after the provider's status lookup, when it asks one: lookup.c),
  *      taken back from the transport when it ends, and dropped at shutdown.
- *      Each holds one grant of its provider's throttle until then.  The
- *      round (round.c) records what they did.
+ *      Each holds one grant of its provider's throttle until then, and
+ *      starts only if its provider's circuit breaker lets it (breaker.c),
+ *      which hears how each ended.  The round (round.c) records what they
+ *      did.
  *
  *-------------------------------------------------------------------------
  */
@@ -17,6 +19,7 @@
 #include "utils/timestamp.h"
 
 #include "http/http.h"
+#include "sender/breaker.h"
 #include "sender/lookup.h"
 #include "sender/request.h"
 #include "sender/sender.h"
@@ -49,6 +52,8 @@ sender_new_call(NotifTypeConf *type, NotifClaimedJob *job)
 	call->timeout_ms = type->provider.timeout_ms;
 	call->connect_timeout_ms = type->provider.connect_timeout_ms;
 	call->throttle = type->provider.throttle;
+	call->breaker_threshold = type->provider.breaker_threshold;
+	call->breaker_cooldown_ms = type->provider.breaker_cooldown_ms;
 	key = psprintf("%s:" INT64_FORMAT ":%s", type->code, job->user_id, job->order_id);
 	notif_build_request(call, &type->provider, key, job->payload);
 	/* a retry after an unknown outcome: ask the provider first (lookup.c) */
@@ -80,15 +85,45 @@ room_freed(void)
 	}
 }
 
+/* SIGTERM: the calls it ends say nothing of their provider */
+static bool dropping = false;
+
+/* a probe of its provider's breaker that makes no call: another may go */
+static void
+probe_unused(NotifCall *call)
+{
+	if (call->probe)
+		notif_breaker_probe_unused(call->throttle);
+	call->probe = false;
+}
+
 /* A claimed call that never started: record it with this outcome. */
 void
 sender_never_started(NotifCall *call, NotifOutcome outcome)
 {
+	probe_unused(call);
 	call->outcome = outcome;
 	call->started_at = call->ended_at = GetCurrentTimestamp();
 	notif_throttle_release(call->throttle, 1, false);
 	dlist_push_tail(&sender.finished, &call->node);
 	room_freed();
+}
+
+/*
+ * Its provider's breaker is open (and it is not the probe): the call does
+ * not start, and its job goes back to the queue without a try, due when
+ * the breaker lets a call through (amo_breaker_open, alo_breaker_open).
+ */
+static bool
+breaker_refuses(NotifCall *call, TimestampTz now)
+{
+	int64		wait_ms;
+
+	if (notif_breaker_may_call(call, now, &wait_ms))
+		return false;
+	call->job.breaker_open = true;
+	call->retry_after_ms = wait_ms;
+	return true;
 }
 
 /*
@@ -100,6 +135,8 @@ start_call(NotifCall *call, TimestampTz now)
 {
 	if (!notif_call_may_start(call->job.delivery, call->job.deadline_at, &call->job.dedup, now))
 		return OUTCOME_NOT_STARTED;
+	if (breaker_refuses(call, now))
+		return OUTCOME_UNREACHED;
 	if (call->refused)
 	{
 		call->error = call->refused;	/* its provider cannot take it: no call */
@@ -129,13 +166,17 @@ sender_start_claimed(void)
 		dlist_delete(&call->node);
 		if (call->lookup_url && notif_call_may_start(call->job.delivery, call->job.deadline_at,
 													 &call->job.dedup, now) &&
+			!breaker_refuses(call, now) &&
 			sender_lookup_start(call, now))
 		{
 			pg_atomic_fetch_add_u32(&sender.slot->inflight, 1);	/* asked first */
 			continue;
 		}
 		call->lookup_url = NULL;	/* not asked: the call goes ahead */
-		not_started = start_call(call, now);
+		if (call->job.breaker_open)
+			not_started = OUTCOME_UNREACHED;	/* refused above */
+		else
+			not_started = start_call(call, now);
 		if (not_started != OUTCOME_NONE)
 			sender_never_started(call, not_started);
 		else
@@ -165,6 +206,7 @@ go_on_after_lookups(void)
 		{
 			/* the lookup's times and status are the job's */
 			call->outcome = OUTCOME_ACCEPTED;
+			probe_unused(call);
 			notif_throttle_release(call->throttle, 1, false);
 			dlist_push_tail(&sender.finished, &call->node);
 			room_freed();
@@ -201,6 +243,8 @@ sender_collect_finished(void)
 			!(call->job.delivery == AT_MOST_ONCE && call->job.dedup.retry))
 			sent++;
 		notif_throttle_release(call->throttle, 1, false);
+		if (!dropping)
+			notif_breaker_record(call, call->ended_at);
 		if (call->http_status == 429 && call->retry_after_ms > 0 && !call->device_busy)
 			notif_throttle_pause(call->throttle,
 								 TimestampTzPlusMilliseconds(call->ended_at, call->retry_after_ms));
@@ -237,6 +281,7 @@ sender_discard_claimed(void)
 		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
 
 		dlist_delete(&call->node);
+		probe_unused(call);
 		notif_throttle_release(call->throttle, 1, true);
 		sender_free_call(call);
 	}
@@ -253,6 +298,7 @@ discard_answered(void)
 
 	while ((call = sender_lookup_next_answered()) != NULL)
 	{
+		probe_unused(call);
 		notif_throttle_release(call->throttle, 1, false);
 		pg_atomic_fetch_sub_u32(&sender.slot->inflight, 1);
 		sender_free_call(call);
@@ -263,6 +309,7 @@ discard_answered(void)
 void
 sender_drop_calls(void)
 {
+	dropping = true;
 	notif_http_abort_all("the sender stopped during the call (shutdown)");
 	discard_answered();
 	sender_collect_finished();

@@ -38,8 +38,11 @@ make_result(NotifResult *r, NotifEvent event, const NotifJobRef *job,
 	r->ended_at = ended_at;
 	r->next = notif_after_call(event, job->delivery, outcome, job->tries, &job->policy,
 							   now, job->deadline_at, retry_after_ms, &job->dedup, reported,
-							   event == EVENT_CALL_ENDED ? job->lookup : LOOKUP_NONE);
+							   event == EVENT_CALL_ENDED ? job->lookup : LOOKUP_NONE,
+							   event == EVENT_CALL_ENDED && job->breaker_open);
 	r->error = r->next.row->note ? r->next.row->note : error;
+	if (r->next.row->when == COND_BREAKER_OPEN)
+		r->outcome = OUTCOME_NONE;	/* no call: the job keeps its last call's */
 	if (r->next.status == STATUS_SENT && r->expected_status != STATUS_SENT)
 		r->sent_at = ended_at;	/* at_most_once's was set by its claim */
 }
@@ -180,8 +183,8 @@ sender_finished_results(NotifResult **out)
 	dlist_foreach(iter, &sender.finished)
 	{
 		NotifCall  *call = dlist_container(NotifCall, node, iter.cur);
-		int64		retry_after = (call->http_status == 429 || call->http_status == 503)
-		? call->retry_after_ms : 0;
+		int64		retry_after = (call->http_status == 429 || call->http_status == 503 ||
+								   call->job.breaker_open) ? call->retry_after_ms : 0;
 		const char *error = call->error;
 		bool		was_reported = call->outcome == OUTCOME_UNKNOWN &&
 			in_list(call->job.id, reported, n_reported);

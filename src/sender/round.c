@@ -29,6 +29,7 @@
 #include "core/ha.h"
 #include "http/http.h"
 #include "push/push.h"
+#include "sender/breaker.h"
 #include "sender/lookup.h"
 #include "sender/request.h"
 #include "sender/sender.h"
@@ -136,8 +137,37 @@ pool_room_left(int i, const int *claimed)
 }
 
 /*
+ * A type whose provider's breaker is open: its jobs wait, but those whose
+ * deadline passed still expire (claim_late), looked for at most once a
+ * second.
+ */
+#define EXPIRE_WHILE_OPEN_MS	1000
+
+static void
+expire_while_open(NotifTypeConf *type, TimestampTz now, Snapshot snapshot, TimestampTz *next)
+{
+	NotifClaimedJob *jobs;
+	TimestampTz again;
+
+	if (!type->has_deadline)
+		return;
+	again = TimestampTzPlusMilliseconds(type->expired_at, EXPIRE_WHILE_OPEN_MS);
+	if (type->expired_at == 0 || again <= now)
+	{
+		(void) notif_sql_claim(type->code, type->delivery, notif_batch_size, true,
+							   sender.incarnation, snapshot, sender.round_cxt, &jobs);
+		type->expired_at = now;
+		again = TimestampTzPlusMilliseconds(now, EXPIRE_WHILE_OPEN_MS);
+	}
+	if (again < *next)
+		*next = again;
+}
+
+/*
  * Claim due jobs, type by type in priority order, within the lane's room
- * and each provider's limits.  The calls are started after the commit.
+ * and each provider's limits, while its circuit breaker lets calls go
+ * (breaker.c; half-open, one job is claimed, to probe it).  The calls are
+ * started after the commit.
  */
 static void
 claim_jobs(void)
@@ -167,6 +197,8 @@ claim_jobs(void)
 		NotifTypeConf *type = &sender.types[i];
 		NotifClaimedJob *jobs;
 		TimestampTz retry_at;
+		NotifBreakerAdmit admit;
+		bool		probe = false;
 		int			want,
 					pool_room,
 					granted,
@@ -175,6 +207,14 @@ claim_jobs(void)
 
 		if (type->provider.url == NULL)
 			continue;			/* not configured: its jobs wait */
+		admit = notif_breaker_admit(&type->provider, now, &retry_at);
+		if (admit == BREAKER_WAITS)
+		{
+			if (retry_at < next)
+				next = retry_at;
+			expire_while_open(type, now, snapshot, &next);
+			continue;
+		}
 		if (!notif_push_auth_ready(&type->provider, now, false, &retry_at))
 		{
 			/* no token (push/auth.c): get one if jobs are due; they wait */
@@ -204,16 +244,27 @@ claim_jobs(void)
 			continue;
 		}
 		want = Min(want, pool_room);
+		if (admit == BREAKER_PROBE_DUE)
+		{
+			if (!notif_breaker_take_probe(&type->provider, now))
+				continue;		/* another sender's: its end wakes us */
+			probe = true;
+			want = 1;
+		}
 		granted = notif_throttle_acquire(type->provider.throttle, &type->provider, sender.lane_senders,
 										 want, now, &retry_at);
 		if (retry_at != 0 && retry_at < next)
 			next = retry_at;
 		if (granted == 0)
+		{
+			if (probe)
+				notif_breaker_probe_unused(type->provider.throttle);
 			continue;
+		}
 
 		sender.grant_slot = type->provider.throttle;
 		sender.grant_left = granted;
-		n = notif_sql_claim(type->code, type->delivery, granted, sender.incarnation,
+		n = notif_sql_claim(type->code, type->delivery, granted, false, sender.incarnation,
 							snapshot, sender.round_cxt, &jobs);
 
 		for (j = 0; j < n; j++)
@@ -223,6 +274,8 @@ claim_jobs(void)
 			if (jobs[j].deadline_passed)
 				continue;		/* claim_late: expired, no call */
 			call = sender_new_call(type, &jobs[j]);
+			call->probe = probe;
+			probe = false;
 			dlist_push_tail(&sender.claimed, &call->node);
 			sender.grant_left--;
 			room--;
@@ -230,6 +283,8 @@ claim_jobs(void)
 		}
 		notif_throttle_release(sender.grant_slot, sender.grant_left, true);
 		sender.grant_left = 0;
+		if (probe)
+			notif_breaker_probe_unused(type->provider.throttle);	/* no job to probe with */
 
 		if (claimed[i] >= pool_room)
 			sender.claim_when_call_ends = true; /* its calls fill the pool */

@@ -231,6 +231,22 @@ unlock_slot(Attachment *a)
 }
 
 /*
+ * The provider's slot, locked, for what else it holds (its breaker:
+ * breaker.c); unlock it within a few instructions.
+ */
+NotifProviderSlot *
+notif_throttle_lock(int handle)
+{
+	return lock_slot(&attachments[handle]);
+}
+
+void
+notif_throttle_unlock(int handle)
+{
+	unlock_slot(&attachments[handle]);
+}
+
+/*
  * Ask for up to "want" calls to a provider now, for a sender of a lane
  * with that many running senders.  Returns how many may
  * start; when that is fewer than wanted because of the rate limit or a

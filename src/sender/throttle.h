@@ -22,5 +22,7 @@ extern void notif_throttle_charge(int handle, const NotifProviderConf *provider,
 extern void notif_throttle_release(int handle, int n, bool unused);
 extern void notif_throttle_pause(int handle, TimestampTz until);
 extern void notif_throttle_release_all(NotifLaneSlot *lane);
+extern NotifProviderSlot *notif_throttle_lock(int handle);
+extern void notif_throttle_unlock(int handle);
 
 #endif							/* NOTIF_THROTTLE_H */

@@ -57,7 +57,9 @@ static const char *const sql_lane_types =
 "       (extract(epoch FROM t.resolve_wait) * 1000)::int8,"
 "       p.lookup_url, p.lookup_method, coalesce(p.lookup_headers, p.headers),"
 "       p.lookup_found::int8[], p.lookup_not_found::int8[], p.lookup_field,"
-"       p.lookup_found_values, p.lookup_not_found_values"
+"       p.lookup_found_values, p.lookup_not_found_values,"
+"       p.breaker_threshold, (extract(epoch FROM p.breaker_cooldown) * 1000)::int8,"
+"       t.deadline IS NOT NULL"
 "  FROM %s.notif_type t JOIN %s.notif_provider p ON p.name = t.provider"
 " WHERE t.lane = $1 AND NOT t.paused"
 " ORDER BY t.priority DESC, t.code";
@@ -68,7 +70,8 @@ static const char *const sql_lane_types =
  * of its tries, $6 the status of a job whose deadline has passed, $7 the
  * last_error that one gets, $8 and $9 the same for such a job queued again
  * for its provider's deduplication window (claim_late_dedup_retry: an
- * at_most_once one stays sent, unresolved).  A late job is not held and has no call; a
+ * at_most_once one stays sent, unresolved).  With $10, only the late jobs
+ * are written (their provider's breaker is open: the others wait).  A late job is not held and has no call; a
  * claimed one is held by the sender ($3).  sent_at is set when a status
  * becomes 'sent'.
  * The due jobs come from notif_active: "work" takes its first $2 due rows
@@ -114,7 +117,7 @@ static const char *const sql_claim =
 "           sent_at = CASE WHEN $4 = 'sent' THEN now() ELSE j.sent_at END,"
 "           claimed_by = $3,"
 "           claimed_at = now()"
-"     WHERE j.id = ANY (ARRAY (SELECT d.id FROM due d WHERE NOT d.late))"
+"     WHERE j.id = ANY (ARRAY (SELECT d.id FROM due d WHERE NOT d.late AND NOT $10))"
 "    RETURNING j.id, j.user_id, j.order_id, j.payload, false AS late, j.tries, j.deadline_at,"
 "              j.earlier_tries, j.created_at, (j.resolved_by = 'dedup_window') IS TRUE,"
 "              (j.outcome = 'unknown') IS TRUE),"
@@ -376,8 +379,8 @@ enum
 
 static PlanDef plans[N_PLANS] = {
 	[PLAN_LANE_TYPES] = {&sql_lane_types, NULL, 1, {TEXTOID}},
-	[PLAN_CLAIM] = {&sql_claim, NULL, 9,
-	{TEXTOID, INT4OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID}, true},
+	[PLAN_CLAIM] = {&sql_claim, NULL, 10,
+	{TEXTOID, INT4OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID}, true},
 	[PLAN_RECORD] = {NULL, record_sql, N_RECORD_COLUMNS, {0}, true},	/* record_columns */
 	[PLAN_RECORD_PASSING] = {NULL, record_passing_sql, N_RECORD_COLUMNS, {0}, true},
 	[PLAN_ORPHANS] = {&sql_orphans, NULL, 1, {INT8ARRAYOID}},
@@ -490,20 +493,20 @@ notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out)
 }
 
 int
-notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, int64 incarnation,
-				Snapshot snapshot, MemoryContext cxt, NotifClaimedJob **out)
+notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, bool late_only,
+				int64 incarnation, Snapshot snapshot, MemoryContext cxt, NotifClaimedJob **out)
 {
 	const NotifTransitionRow *claimed = notif_claim_row(delivery, false);
 	const NotifTransitionRow *late = notif_claim_row(delivery, true);
 	const NotifTransitionRow *late_dedup = notif_claim_late_dedup_row(delivery);
-	Datum		values[9] = {CStringGetTextDatum(kind), Int32GetDatum(limit),
+	Datum		values[10] = {CStringGetTextDatum(kind), Int32GetDatum(limit),
 		Int64GetDatum(incarnation),
 		CStringGetTextDatum(notif_status_name((NotifStatus) claimed->to)),
 		Int32GetDatum(claimed->tries == TRIES_COUNTED ? 1 : 0),
 		CStringGetTextDatum(notif_status_name((NotifStatus) late->to)),
 		CStringGetTextDatum(late->note),
 		CStringGetTextDatum(notif_status_name((NotifStatus) late_dedup->to)),
-	CStringGetTextDatum(late_dedup->note)};
+	CStringGetTextDatum(late_dedup->note), BoolGetDatum(late_only)};
 
 	Assert(claimed->holds && !late->holds && late->tries == TRIES_KEPT);
 	Assert(!late_dedup->holds && late_dedup->tries == TRIES_KEPT);

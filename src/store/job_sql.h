@@ -104,7 +104,7 @@ extern void notif_planner_policy_tables(Oid nspid);
 extern int	notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out);
 
 extern int	notif_sql_claim(const char *kind, NotifDelivery delivery, int limit,
-							int64 incarnation, Snapshot snapshot,
+							bool late_only, int64 incarnation, Snapshot snapshot,
 							MemoryContext cxt, NotifClaimedJob **out);
 extern void notif_sql_record(NotifResult *results, int n, bool *passed);
 extern int	notif_sql_orphans(const int64 *live, int n_live,

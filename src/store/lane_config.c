@@ -145,6 +145,9 @@ notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out)
 		t->policy.resolve_wait_ms = spi_col_int(i, 22);
 		t->policy.call_timeout_ms = t->provider.timeout_ms;
 		t->provider.lookup = lookup_from_row(i, cxt);
+		t->provider.breaker_threshold = spi_col_int(i, 31);	/* NULL: 0, none */
+		t->provider.breaker_cooldown_ms = spi_col_int(i, 32);
+		t->has_deadline = DatumGetBool(spi_col(i, 33, &isnull));
 	}
 	*out = types;
 	return (int) SPI_processed;

@@ -14,7 +14,8 @@
 # listed in @hooks below, each tied to exactly one block: point the example
 # provider URL (https://sms.example.com) at the simulator right after the
 # block that sets it, make the day of traffic that the guide's notif_stats
-# output shows, take the provider down and bring it back for the "bad day",
+# output shows, take the provider down and bring it back for the "bad day"
+# (its circuit breaker opens, and closes when the provider is back),
 # and check what a snippet's prose claims (the simulator's ledger, the
 # request on the wire, privileges).  The roles the guide grants to (app,
 # dlr_webhook, ops) stand for the reader's own and are created first.
@@ -310,22 +311,21 @@ my @hooks = (
 			NotifTest::stop_sim($sim);
 			note('the provider is down: the simulator is stopped');
 		} ],
-	[ 'doc/guide.md', qr/^SELECT notif_retry\(id\)/, 'before', sub {
-			# the prose's claim: the per-type form leaves the cancelled job alone
-			is(q1(q{BEGIN; SELECT notif_retry('giao_dich', now() - interval '1 hour');
-			        SELECT string_agg(order_id, ',' ORDER BY order_id) FROM notif_job
-			         WHERE kind = 'giao_dich' AND status = 'queued'; ROLLBACK}),
-				"1\n55004",
-				'notif_retry(kind, since) re-drives the failed alert, not the cancelled notice');
+	[ 'doc/guide.md', qr/^SELECT kind, status, outcome, tries FROM notif_job/, 'before', sub {
+			# the prose's claim: the jobs wait, none failed, while the breaker is open
+			is(q1(q{SELECT count(*) FROM notif_job WHERE status IN ('failed', 'expired')
+			         AND order_id IN ('login-8c21', '55004', 'flash-sale-42')}),
+				'0', 'while the breaker is open no job of the outage failed');
 			$sim = restart_sim($sim->{port});
 			note('the provider is back: the simulator runs again on the same port');
 		} ],
-	[ 'doc/guide.md', qr/^SELECT notif_retry\(id\)/, 'after', sub {
-			wait_settled('the re-driven jobs reached a final status');
-			is(join(',', map { ledger_key($sim, $_) } qw(giao_dich:812:55004 promo:812:flash-sale-42)),
-				'1 1 1,1 1 1', 'the two re-driven jobs reached the provider once each');
-			is(join(',', map { ledger_key($sim, $_) } qw(otp:812:login-8c21 giao_dich:812:statement-2026-11)),
-				'0 0 0,0 0 0', 'the OTP left alone and the cancelled job did not');
+	[ 'doc/guide.md', qr/^SELECT kind, status, outcome, tries FROM notif_job/, 'after', sub {
+			wait_settled('the jobs that waited reached a final status');
+			is(join(',', map { ledger_key($sim, $_) } qw(otp:812:login-8c21 giao_dich:812:55004 promo:812:flash-sale-42)),
+				'1 1 1,1 1 1,1 1 1', 'the three jobs that waited reached the provider once each');
+			is(ledger_key($sim, 'giao_dich:812:statement-2026-11'), '0 0 0', 'the cancelled job did not');
+			is(q1(q{SELECT state FROM notif_provider_health WHERE name = 'default'}), 'closed',
+				'the breaker closed');
 		} ],
 
 	# (6. Idempotency keys: the request the guide shows is checked at the

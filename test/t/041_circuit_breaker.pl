@@ -1,0 +1,118 @@
+# 041_circuit_breaker.pl: a provider's circuit breaker (sender/breaker.c;
+# notif_provider.breaker_threshold and breaker_cooldown, the view
+# notif_provider_health).  While it is open no call to the provider starts
+# and its jobs wait without spending tries, their deadlines holding; a call
+# claimed before it opened is put back without a try (the lifecycle row
+# alo_breaker_open); after the cooldown one probe call closes it, and the
+# jobs that waited go out, each delivered once.  NULL: no breaker, every job
+# spends its tries as in 1.3.
+use strict;
+use warnings;
+use lib 'test';
+use NotifTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = new_node('circuit_breaker');
+my $sim = start_sim('--lookup-latency-ms', '1500');
+my $status = $sim->{url} =~ s{/send$}{/status/{key}}r;
+# a port nobody listens on: every connection is refused
+my $closed = 'http://127.0.0.1:' . PostgreSQL::Test::Cluster::get_free_port() . '/send';
+
+sub health
+{
+	my ($name) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT state || ' ' || consecutive_failures || ' ' || refused_calls || ' ' || coalesce(last_error, '-')"
+		  . " FROM notif_provider_health WHERE name = '$name'");
+}
+
+# --- the settings are checked ---
+my ($rc, $out, $err) = $node->psql('postgres',
+	q{UPDATE notif_provider SET breaker_threshold = 0 WHERE name = 'default'});
+like($err, qr/violates check constraint "notif_provider_breaker_threshold_check"/,
+	'a breaker_threshold of 0 is refused (NULL means no breaker)');
+($rc, $out, $err) = $node->psql('postgres',
+	q{UPDATE notif_provider SET breaker_cooldown = '0 s' WHERE name = 'default'});
+like($err, qr/violates check constraint "notif_provider_breaker_cooldown_check"/,
+	'a breaker_cooldown of 0 is refused');
+is($node->safe_psql('postgres',
+		q{SELECT breaker_threshold || ' ' || breaker_cooldown FROM notif_provider WHERE name = 'default'}),
+	'5 00:00:10', 'a provider opens its breaker after 5 failures in a row, probes after 10 s');
+is(health('default'), 'closed 0 0 -', 'notif_provider_health lists a provider no sender uses, closed');
+
+# --- a provider that refuses every connection: the breaker opens, jobs wait, deadlines hold ---
+set_provider($node, 'down', $closed, breaker_threshold => 2, breaker_cooldown => q('1 hour'),
+	connect_timeout => q('500 ms'));
+set_provider($node, 'unguarded', $closed, breaker_threshold => 'NULL');
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, deadline, provider, backoff_min, backoff_max) VALUES
+		('otp_down', 'at_least_once', 4, '4 s', 'down', '100 ms', '200 ms'),
+		('promo_down', 'at_most_once', 3, NULL, 'down', '100 ms', '200 ms'),
+		('promo_unguarded', 'at_most_once', 2, NULL, 'unguarded', '100 ms', '200 ms');
+	SELECT notif_enqueue(g, 'otp_down', 'o' || g, '{"text": "code"}') FROM generate_series(1, 5) g;
+	SELECT notif_enqueue(g, 'promo_down', 'p' || g, '{"text": "sale"}') FROM generate_series(1, 5) g;
+	SELECT notif_enqueue(g, 'promo_unguarded', 'u' || g, '{"text": "sale"}') FROM generate_series(1, 3) g;
+});
+ok(wait_until($node, q{SELECT state = 'open' FROM notif_provider_health WHERE name = 'down'}),
+	'the breaker of a provider that refuses connections opens');
+like(health('down'), qr/^open ([2-9]|[1-9]\d+) \d+ .*connect/i,
+	'notif_provider_health: open, the failures in a row, the last error');
+ok(wait_until($node,
+		q{SELECT count(*) FILTER (WHERE status = 'queued' AND claimed_by IS NULL) || ' ' || count(*) FILTER (WHERE tries <= 1)
+		    FROM notif_job WHERE kind IN ('otp_down', 'promo_down')}, '10 10'),
+	'while it is open every job waits, queued, having spent at most its first try');
+ok(wait_until($node, q{SELECT count(*) = 5 FROM notif_job WHERE kind = 'otp_down' AND status = 'expired'}),
+	'the OTPs still expire at their deadline (claim_late)');
+is($node->safe_psql('postgres',
+		q{SELECT count(*) FILTER (WHERE status = 'queued') || ' ' || max(tries)
+		    FROM notif_job WHERE kind = 'promo_down'}),
+	'5 1', 'the promotions, with no deadline, still wait, no try spent while it is open');
+ok(wait_until($node, q{SELECT count(*) = 3 FROM notif_job WHERE kind = 'promo_unguarded' AND status = 'failed' AND tries = 2}),
+	'a provider without a breaker (NULL): each job spends its tries and fails, as before');
+is(health('unguarded'), 'closed 0 0 -', '  and shows closed, no failures counted');
+
+# --- a call claimed before the breaker opened is put back without a try (alo_breaker_open) ---
+# Every call is answered 5xx, undelivered (an ambiguous outcome, counted).
+# The alert's first call ends unknown; its retry asks the status lookup
+# first (answered after 1.5 s), and meanwhile three promotions' calls open
+# the breaker: when the lookup has answered, the call is refused.
+sim_get($sim, '/config?p_5xx=1');
+set_provider($node, 'gw', $sim->{url}, breaker_threshold => 3, breaker_cooldown => q('5 s'),
+	timeout => q('3 s'), idempotency_header => q('Idempotency-Key'), lookup_url => qq('$status'));
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, deadline, provider, backoff_min, backoff_max) VALUES
+		('alert', 'at_least_once', 5, '1 minute', 'gw', '100 ms', '100 ms'),
+		('promo', 'at_most_once', 3, NULL, 'gw', '100 ms', '200 ms');
+});
+my $alert = $node->safe_psql('postgres', q{SELECT notif_enqueue(1, 'alert', 'a1', '{"text": "paid"}')});
+ok(wait_until($node, qq{SELECT tries = 2 FROM notif_job WHERE id = $alert}),
+	'the alert\'s first call ended unknown; its retry was claimed (the lookup asked first)');
+$node->safe_psql('postgres',
+	q{SELECT notif_enqueue(g, 'promo', 'q' || g, '{"text": "sale"}') FROM generate_series(1, 3) g});
+ok(wait_until($node, q{SELECT state <> 'closed' FROM notif_provider_health WHERE name = 'gw'}),
+	'three more calls in a row answered 5xx: the breaker opened');
+ok(wait_until($node, qq{SELECT last_error = 'the provider''s circuit breaker is open: not called' FROM notif_job WHERE id = $alert}),
+	'the alert\'s call, due after its lookup, was refused by the open breaker');
+is($node->safe_psql('postgres',
+		qq{SELECT status || ' ' || outcome || ' ' || tries || ' ' || (next_at > now())
+		     || ' ' || (SELECT count(*) FROM notif_attempt WHERE job_id = $alert) FROM notif_job WHERE id = $alert}),
+	'queued unknown 1 true 1',
+	'alo_breaker_open: queued again, its try given back, its last call\'s outcome kept, no attempt recorded, due later');
+like(health('gw'), qr/^(open|half_open) ([3-9]|[1-9]\d+) [1-9]\d* HTTP 5\d\d: /, 'the refused call is counted in refused_calls');
+
+# --- the provider recovers: one probe closes the breaker, the waiting jobs go out ---
+sim_get($sim, '/config?p_5xx=0');
+ok(wait_until($node, q{SELECT state = 'closed' FROM notif_provider_health WHERE name = 'gw'}),
+	'after the cooldown a probe call was answered: closed');
+ok(wait_until($node, qq{SELECT status = 'sent' FROM notif_job WHERE id = $alert}), 'the alert is sent');
+my $l = ledger($sim);
+is($l->{'alert:1:a1'}{delivered}, 1, 'delivered once: the call the breaker refused never left');
+is($node->safe_psql('postgres',
+		q{SELECT string_agg(status || '/' || outcome, ' ' ORDER BY order_id) FROM notif_job WHERE kind = 'promo'}),
+	'sent/unknown sent/unknown sent/unknown',
+	'the promotions whose calls ended 5xx are not sent again (at_most_once)');
+like(health('gw'), qr/^closed 0 [1-9]\d* HTTP 5\d\d: /, 'closed: no failure in a row; the refused calls and the last error stay shown');
+
+done_testing();
