@@ -82,3 +82,18 @@ SELECT p.name,
 COMMENT ON VIEW notif_provider_health IS 'each provider''s circuit breaker: state, since, calls in a row that said it is down, the last error, calls refused while open';
 
 GRANT SELECT ON notif_provider_health TO pg_monitor;
+
+/* ---------------------------------------------------------------------
+ * The order_id rule on the table (doc/security.md)
+ *
+ * notif_enqueue refuses an empty order_id, one over 200 bytes and one with
+ * a control character: the key kind:user_id:order_id travels in an HTTP
+ * header.  A job written another way (COPY, an INSERT, replication) is held
+ * to the same rule.  NOT VALID: the rows already there are not read, so the
+ * update stays quick and no old hand-made row can fail it; every row
+ * written from now on is checked.
+ * --------------------------------------------------------------------- */
+
+ALTER TABLE notif_job
+    ADD CONSTRAINT notif_job_order_id_check
+    CHECK (octet_length(order_id) BETWEEN 1 AND 200 AND order_id !~ '[\x01-\x1f\x7f]') NOT VALID;

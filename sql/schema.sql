@@ -117,6 +117,15 @@ SELECT try($$INSERT INTO notif_job (user_id, kind, order_id, payload, next_at, t
 SELECT try($$INSERT INTO notif_job (user_id, kind, order_id, payload, next_at) VALUES (1, 'nokind', 'x', '{}', now())$$);
 SELECT try($$INSERT INTO notif_job (id, user_id, kind, order_id, payload, next_at) VALUES (7, 1, 'otp', 'x', '{}', now())$$);
 SELECT try($$INSERT INTO notif_attempt (job_id, try, started_at, outcome) VALUES (1, 1, now(), 'maybe')$$);
+-- (1.4) notif_enqueue's order_id rule holds for any writer (COPY, INSERT,
+-- replication): the key kind:user_id:order_id travels in an HTTP header
+SELECT try($$INSERT INTO notif_job (user_id, kind, order_id, payload, next_at) VALUES (1, 'otp', E'x\r\nX-Injected: 1', '{}', now())$$);
+SELECT try($$INSERT INTO notif_job (user_id, kind, order_id, payload, next_at) VALUES (1, 'otp', '', '{}', now())$$);
+SELECT try($$INSERT INTO notif_job (user_id, kind, order_id, payload, next_at) VALUES (1, 'otp', repeat('x', 201), '{}', now())$$);
+SELECT try($$INSERT INTO notif_job (user_id, kind, order_id, payload, next_at) VALUES (1, 'otp', 'x' || chr(127), '{}', now())$$);
+BEGIN;
+SELECT try($$INSERT INTO notif_job (user_id, kind, order_id, payload, next_at) VALUES (1, 'otp', 'ok: a:b ü', '{}', now())$$) AS allowed;
+ROLLBACK;
 SELECT count(*) AS jobs_written FROM notif_job;
 
 -- notif_key: the idempotency key
