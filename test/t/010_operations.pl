@@ -154,15 +154,26 @@ is($node->safe_psql('postgres', q{
 	'pg_stat_activity says what each process is doing');
 
 # --- every query of the postgres_exporter file runs, as a pg_monitor role ---
+# The queries of views that schema 1.4 adds wait for it (test/t/041_alerts.pl
+# has a list of the same name, and checks them on a stand-in view meanwhile).
+my @AWAITING_SCHEMA_1_4 = ('notif_provider_health');
 $node->safe_psql('postgres', 'CREATE ROLE exporter LOGIN IN ROLE pg_monitor');
 my $yaml = slurp_file('doc/postgres_exporter.yaml');
-my @queries = ($yaml =~ /^\s+query: "(.*)"$/mg);
-is(scalar(@queries), 2, 'the exporter file has its two queries');
-for my $query (@queries)
+my %queries = ($yaml =~ /^(\w+):\n\s+query: "(.*)"$/mg);
+is(join(' ', sort keys %queries), 'notif_provider_health notif_stats notif_workers', 'the exporter file has its three queries');
+for my $name (@AWAITING_SCHEMA_1_4)
 {
-	my ($rc, $out, $err) = $node->psql('postgres', "SET ROLE exporter; $query");
-	is($rc, 0, 'exporter query runs as a pg_monitor role: ' . substr($query, 0, 40)) or diag($err);
-	cmp_ok(scalar(split /\n/, $out), '>=', 4, 'and returns a row per type or process');
+	is($node->safe_psql('postgres', "SELECT to_regclass('$name') IS NOT NULL"), 'f',
+		"$name is not the extension's yet (once it is, take it out of \@AWAITING_SCHEMA_1_4)");
+	delete $queries{$name};
+}
+# rows: one per type (4), per lane and role (4 lanes and the launcher), per provider (1)
+my %rows = (notif_stats => 4, notif_workers => 4, notif_provider_health => 1);
+for my $name (sort keys %queries)
+{
+	my ($rc, $out, $err) = $node->psql('postgres', "SET ROLE exporter; $queries{$name}");
+	is($rc, 0, "exporter query $name runs as a pg_monitor role") or diag($err);
+	cmp_ok(scalar(split /\n/, $out), '>=', $rows{$name}, 'and returns a row per type, process or provider');
 }
 
 done_testing();
