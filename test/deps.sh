@@ -116,12 +116,14 @@ done
 # and stopped if it started anyway; one installed before is left as it was.
 for service in prometheus prometheus-postgres-exporter; do
 	[[ " ${missing[*]} " == *" $service "* ]] || continue
-	# systemctl disables the unit, and the init script's links through
-	# systemd-sysv-install; it works without systemd running (a chroot)
+	# update-rc.d: the init script's links (a systemctl without SysV support,
+	# as unstable's, leaves them); systemctl: the unit.  Both work without
+	# systemd running (a chroot).
+	if [ -x "/etc/init.d/$service" ]; then
+		update-rc.d "$service" disable >/dev/null 2>&1 || true
+	fi
 	if command -v systemctl >/dev/null; then
 		systemctl disable --quiet "$service.service" >/dev/null 2>&1 || true
-	elif [ -x "/etc/init.d/$service" ]; then
-		update-rc.d "$service" disable >/dev/null 2>&1 || true
 	fi
 	if [ -d /run/systemd/system ]; then
 		systemctl stop "$service.service" ||
