@@ -18,16 +18,20 @@
 # anyone else, a warning says that the test will be skipped.  Their daemons
 # never start: a policy-rc.d denies it during the install (any policy-rc.d
 # already there is put back after), and one found running afterwards is
-# stopped.
+# stopped.  So are prometheus's and prometheus-postgres-exporter's, which
+# are also disabled at boot (below).
 set -euo pipefail
 # libssl-dev: push tokens are signed with OpenSSL (src/push/token.c); nghttp2-proxy
 # (nghttpx, the HTTP/2 TLS front) and libcryptx-perl (verifying RS256/ES256)
 # for the push tests test/t/020_push.pl and 026; iproute2 (ss: the open
-# connections 026 counts)
+# connections 026 counts); prometheus (its promtool checks and unit-tests
+# doc/prometheus_rules.yaml) and prometheus-postgres-exporter (scrapes
+# doc/postgres_exporter.yaml) for test/t/042_alerts.pl
 v=${PGVERSION:-15}
 packages=(make gcc libc6-dev postgresql-$v postgresql-server-dev-$v postgresql-client-$v
 	libcurl4-openssl-dev libssl-dev libipc-run-perl openssl bc procps curl
-	nghttp2-proxy libcryptx-perl postgresql-$v-plproxy iproute2)
+	nghttp2-proxy libcryptx-perl postgresql-$v-plproxy iproute2
+	prometheus prometheus-postgres-exporter)
 [ "${1:-}" = --bench ] && packages+=(gnuplot-nox postgresql-$v-pgq3 pgqd)
 # the npm peers need Node 20 or newer: Debian 13 and unstable ship it (the
 # chroots of 17 and 18); on Debian 12 (Node 18) bring your own, as this
@@ -102,5 +106,32 @@ for pidfile in /var/run/kannel/kannel_{bearerbox,wapbox,smsbox}.pid; do
 	1) ;; # not running
 	*) echo "could not stop the kannel daemon of $pidfile" >&2; exit 1 ;;
 	esac
+done
+
+# prometheus and prometheus-postgres-exporter come with services enabled at
+# boot: a Prometheus server on port 9090, and an exporter on 9187 whose
+# default DATA_SOURCE_NAME is empty (under systemd, a service that keeps
+# failing).  The tests start their own exporter on a free port and never
+# the server.  Each of the two that this run installed is disabled at boot
+# and stopped if it started anyway; one installed before is left as it was.
+for service in prometheus prometheus-postgres-exporter; do
+	[[ " ${missing[*]} " == *" $service "* ]] || continue
+	# update-rc.d: the init script's links (a systemctl without SysV support,
+	# as unstable's, leaves them); systemctl: the unit.  Both work without
+	# systemd running (a chroot).
+	if [ -x "/etc/init.d/$service" ]; then
+		update-rc.d "$service" disable >/dev/null 2>&1 || true
+	fi
+	if command -v systemctl >/dev/null; then
+		systemctl disable --quiet "$service.service" >/dev/null 2>&1 || true
+	fi
+	if [ -d /run/systemd/system ]; then
+		systemctl stop "$service.service" ||
+			{ echo "could not stop the $service service the package started" >&2; exit 1; }
+	elif [ -x "/etc/init.d/$service" ]; then
+		# the daemon of the init script's pid file, if there is one
+		"/etc/init.d/$service" stop >/dev/null 2>&1 ||
+			{ echo "could not stop the $service daemon the package started" >&2; exit 1; }
+	fi
 done
 exit 0

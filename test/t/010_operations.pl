@@ -156,13 +156,15 @@ is($node->safe_psql('postgres', q{
 # --- every query of the postgres_exporter file runs, as a pg_monitor role ---
 $node->safe_psql('postgres', 'CREATE ROLE exporter LOGIN IN ROLE pg_monitor');
 my $yaml = slurp_file('doc/postgres_exporter.yaml');
-my @queries = ($yaml =~ /^\s+query: "(.*)"$/mg);
-is(scalar(@queries), 2, 'the exporter file has its two queries');
-for my $query (@queries)
+my %queries = ($yaml =~ /^(\w+):\n\s+query: "(.*)"$/mg);
+is(join(' ', sort keys %queries), 'notif_provider_health notif_stats notif_workers', 'the exporter file has its three queries');
+# rows: one per type (4), per lane and role (4 lanes and the launcher), per provider (1)
+my %rows = (notif_stats => 4, notif_workers => 4, notif_provider_health => 1);
+for my $name (sort keys %queries)
 {
-	my ($rc, $out, $err) = $node->psql('postgres', "SET ROLE exporter; $query");
-	is($rc, 0, 'exporter query runs as a pg_monitor role: ' . substr($query, 0, 40)) or diag($err);
-	cmp_ok(scalar(split /\n/, $out), '>=', 4, 'and returns a row per type or process');
+	my ($rc, $out, $err) = $node->psql('postgres', "SET ROLE exporter; $queries{$name}");
+	is($rc, 0, "exporter query $name runs as a pg_monitor role") or diag($err);
+	cmp_ok(scalar(split /\n/, $out), '>=', $rows{$name}, 'and returns a row per type, process or provider');
 }
 
 done_testing();
