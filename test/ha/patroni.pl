@@ -7,7 +7,8 @@
 # failover (kill -9 of the primary's postmaster, with primary_start_timeout
 # 0 so that Patroni fails over rather than restart it).  After each: every
 # at_least_once key arrived and ended sent, no at_most_once key arrived
-# twice or was attempted again, nothing stays sending.
+# twice or was attempted again, nothing stays sending.  Then a failover
+# while the provider is down and its circuit breakers are open.
 #
 # Not in `make test` (it takes about a minute with the build, more on a busy
 # machine, and needs Patroni): `make test-ha`,
@@ -231,10 +232,45 @@ ok(wait_for('node1 primary', sub { is_primary('node1') && senders_running('node1
 my $failover_s = time() - $t0;
 my $m2 = check_guarantee($p1, $sim, $N, order => 'o2', what => 'after the failover');
 check_guarantee($p1, $sim, $N, order => 'o1', what => 'the switchover\'s jobs, after the failover');
+# --- a failover while the providers' circuit breakers are open ---
+# The simulator goes away (every connection refused); the breakers of both
+# providers open on node1 and the jobs wait; node1's postmaster is killed.
+# node2's breakers start closed (shared memory does not fail over), find
+# the providers down and open; once the simulator is back, a probe closes
+# each and every job goes out: at_least_once keys all arrive, no
+# at_most_once key twice.
+my $M = 500;
+ok(wait_for('node2 synchronous again', sub { sync_standby_is('node1', 'node2') }),
+	'node2 rejoined as node1\'s synchronous standby')
+  or BAIL_OUT('node2 did not rejoin');
+$p1->safe_psql('postgres', q{UPDATE notif_provider SET breaker_threshold = 5, breaker_cooldown = '2 s'
+	WHERE name IN ('sim_alo', 'sim_amo')});
+my $sim_port = $sim->{port};
+NotifTest::stop_sim($sim);
+enqueue_load($p1, $M, 'on', 'o3');
+my $breakers_open = q{SELECT count(*) FROM notif_provider_health
+	WHERE name IN ('sim_alo', 'sim_amo') AND state <> 'closed'};
+ok(wait_for('breakers open on node1', sub { $p1->safe_psql('postgres', $breakers_open) eq '2' }),
+	'breakers: the providers are down, both breakers open on node1');
+$postmaster = (split /\n/, slurp_file("$node{node1}{data}/postmaster.pid"))[0];
+kill 'KILL', $postmaster;
+ok(wait_for('node2 primary', sub { is_primary('node2') && senders_running('node2') }),
+	'breakers: node2 is the primary and runs its senders');
+ok(wait_for('breakers open on node2', sub { (eval { $p2->safe_psql('postgres', $breakers_open) } // '') eq '2' }),
+	'breakers: node2\'s own breakers find the providers down and open');
+is($p2->safe_psql('postgres',
+		q{SELECT count(*) FROM notif_job WHERE kind = 'alo' AND order_id = 'o3' AND status = 'failed'}),
+	'0', 'breakers: no at_least_once job failed while the providers were down');
+$sim = start_sim({ port => $sim_port }, '--latency-ms', '200');
+my $m3 = check_guarantee($p2, $sim, $M, order => 'o3', what => 'after a failover with the breakers open');
+ok(wait_for('breakers closed on node2', sub { $p2->safe_psql('postgres', $breakers_open) eq '0' }),
+	'breakers: closed again once the provider answered');
+
 note(sprintf('switchover: %.1f s until the new primary ran its senders; '
 	  . 'failover (kill -9 of the postmaster): %.1f s', $switch_s, $failover_s));
 note("at_least_once re-sent: $m1->{alo_dup} by the switchover, $m2->{alo_dup} by the failover; "
-	  . "at_most_once lost (never arrived): $m1->{amo_lost}, $m2->{amo_lost} (of $N each)");
+	  . "at_most_once lost (never arrived): $m1->{amo_lost}, $m2->{amo_lost} (of $N each); "
+	  . "with the breakers open, $m3->{amo_lost} of $M at_most_once jobs failed before they opened");
 
 # --- stop everything (the END block below kills what is left) ---
 for my $name ('node1', 'node2')
