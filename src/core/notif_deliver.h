@@ -109,7 +109,7 @@ typedef struct NotifLaneSlot
 /*
  * A provider's circuit breaker (sender/breaker.c), in its provider slot:
  * closed (calls go), open (no call starts until probe_at), or half-open
- * (the cooldown passed; one probe call, started at probe_started, decides).
+ * (the cooldown passed; one probe call, given up at probe_until, decides).
  */
 typedef enum NotifBreakerState
 {
@@ -118,17 +118,17 @@ typedef enum NotifBreakerState
 	BREAKER_HALF_OPEN
 } NotifBreakerState;
 
-#define NOTIF_BREAKER_ERROR_LEN	128	/* an excerpt (NOTIF_EXCERPT_MAX) and more */
+#define NOTIF_BREAKER_ERROR_LEN	128	/* "HTTP 503", or the transport's error cut here */
 
 typedef struct NotifBreaker
 {
 	NotifBreakerState state;
-	TimestampTz since;			/* when it entered this state; 0: never left closed */
+	TimestampTz since;			/* when it last opened from closed, or closed;
+								 * 0: closed since the slot was taken */
 	TimestampTz probe_at;		/* open: when the probe may go */
 	TimestampTz probe_until;	/* half-open: the probe is given up after this */
 	int			failures;		/* consecutive calls that said the provider is down */
 	int64		refused;		/* calls it refused while open, since the slot was taken */
-	int64		opened;			/* times it opened */
 	char		last_error[NOTIF_BREAKER_ERROR_LEN];	/* of the last such call */
 } NotifBreaker;
 

@@ -248,10 +248,7 @@ notif_provider_breakers(PG_FUNCTION_ARGS)
 		if (b->state == BREAKER_HALF_OPEN)
 			state = "half_open";
 		else if (b->state == BREAKER_OPEN && now >= b->probe_at)
-		{
-			state = "half_open";
-			since = Max(b->since, b->probe_at);
-		}
+			state = "half_open";	/* the cooldown passed: a probe may go */
 		else if (b->state == BREAKER_OPEN)
 			state = "open";
 		memset(nulls, false, sizeof(nulls));

@@ -4,8 +4,9 @@
  *      A provider's circuit breaker, in its shared provider slot (beside
  *      its throttle: throttle.c), so that every lane and sender sees one
  *      state.  Closed, calls go and each that ends says whether the
- *      provider is down (unreached of any kind, a timeout, a reset, a 5xx)
- *      or up (it answered: accepted or rejected); notif_provider.
+ *      provider is down (no answer: never reached, a timeout, a reset; or
+ *      a 5xx) or up (any other answer, a 4xx and a 429 included: it is
+ *      there, and a 429's pause is the throttle's); notif_provider.
  *      breaker_threshold such calls in a row open it.  Open, no call to the
  *      provider starts: claims leave its jobs queued (they spend no try;
  *      the late ones still expire), and a call claimed before it opened is
@@ -50,13 +51,19 @@ log_change(const char *provider, NotifBreakerState to, int failures, const char 
 						provider)));
 }
 
-/* Whether a call that ended says its provider is down. */
+/*
+ * Whether a call that ended says its provider is down: no answer (never
+ * reached it, a timeout, a reset), or a 5xx.  Any other answer says it is
+ * there: a 4xx is the message's or the credentials' (a push token refused
+ * is fetched again at once), a 429 the throttle's (throttle.c pauses for
+ * its Retry-After).
+ */
 static bool
 says_down(const NotifCall *call)
 {
-	if (call->outcome == OUTCOME_UNREACHED)
-		return !call->device_busy;	/* one device throttled: not the provider */
-	return call->outcome == OUTCOME_UNKNOWN;
+	if (call->http_status != 0)
+		return call->http_status >= 500;
+	return call->outcome == OUTCOME_UNREACHED || call->outcome == OUTCOME_UNKNOWN;
 }
 
 /* the breaker of a configuration that has none any more is closed */
@@ -123,8 +130,6 @@ notif_breaker_take_probe(const NotifProviderConf *provider, TimestampTz now)
 	if ((b->state == BREAKER_OPEN && now >= b->probe_at) ||
 		(b->state == BREAKER_HALF_OPEN && now >= b->probe_until))
 	{
-		if (b->state == BREAKER_OPEN)
-			b->since = now;
 		b->state = BREAKER_HALF_OPEN;
 		/* a status lookup may come first: two calls' timeouts */
 		b->probe_until = TimestampTzPlusMilliseconds(now, 2 * (provider->timeout_ms +
@@ -145,13 +150,17 @@ void
 notif_breaker_probe_unused(int throttle)
 {
 	NotifProviderSlot *p = notif_throttle_lock(throttle);
+	bool		released = false;
 
 	if (p->breaker.state == BREAKER_HALF_OPEN)
 	{
 		p->breaker.state = BREAKER_OPEN;
 		p->breaker.probe_at = 0;	/* due now */
+		released = true;
 	}
 	notif_throttle_unlock(throttle);
+	if (released)
+		notif_wake_senders();	/* a sender with a due job takes it */
 }
 
 /*
@@ -191,21 +200,21 @@ notif_breaker_record(const NotifCall *call, TimestampTz now)
 	NotifBreaker *b;
 	bool		down = says_down(call);
 	char		error[NOTIF_BREAKER_ERROR_LEN] = "";
-	NotifBreakerState changed_to = BREAKER_HALF_OPEN;	/* none */
+	bool		opened = false,
+				closed = false;
 	int			failures = 0;
 
 	if (call->breaker_threshold <= 0)
 		return;
-	if (down)
+	if (down && call->http_status != 0)
+		snprintf(error, sizeof(error), "HTTP %ld", call->http_status);	/* never its body */
+	else if (down)
 	{
+		/* the transport's own words (host, port, what failed), excerpted */
 		const char *what = call->error ? call->error : "no answer";
 		char	   *kept = notif_excerpt(what, strlen(what), false);
 
-		if (call->http_status != 0)
-			snprintf(error, sizeof(error), "HTTP %ld%s%s", call->http_status,
-					 kept[0] ? ": " : "", kept);
-		else
-			strlcpy(error, kept, sizeof(error));
+		strlcpy(error, kept, sizeof(error));
 		pfree(kept);
 	}
 
@@ -215,13 +224,18 @@ notif_breaker_record(const NotifCall *call, TimestampTz now)
 	{
 		b->failures++;
 		memcpy(b->last_error, error, sizeof(error));
-		if ((call->probe && b->state == BREAKER_HALF_OPEN) ||
-			(b->state == BREAKER_CLOSED && b->failures >= call->breaker_threshold))
+		if (call->probe && b->state == BREAKER_HALF_OPEN)
 		{
-			b->state = changed_to = BREAKER_OPEN;
+			/* still down: open for another cooldown, since when it first opened */
+			b->state = BREAKER_OPEN;
+			b->probe_at = TimestampTzPlusMilliseconds(now, call->breaker_cooldown_ms);
+		}
+		else if (b->state == BREAKER_CLOSED && b->failures >= call->breaker_threshold)
+		{
+			b->state = BREAKER_OPEN;
 			b->since = now;
 			b->probe_at = TimestampTzPlusMilliseconds(now, call->breaker_cooldown_ms);
-			b->opened++;
+			opened = true;
 		}
 	}
 	else
@@ -229,15 +243,17 @@ notif_breaker_record(const NotifCall *call, TimestampTz now)
 		b->failures = 0;
 		if (call->probe && b->state != BREAKER_CLOSED)
 		{
-			b->state = changed_to = BREAKER_CLOSED;
+			b->state = BREAKER_CLOSED;
 			b->since = now;
+			closed = true;
 		}
 	}
 	failures = b->failures;
 	notif_throttle_unlock(call->throttle);
 
-	if (changed_to == BREAKER_CLOSED)
+	if (closed)
 		notif_wake_senders();	/* the jobs that waited for it */
-	if (changed_to != BREAKER_HALF_OPEN)
-		log_change(call->provider, changed_to, failures, error, call->breaker_cooldown_ms);
+	if (opened || closed)
+		log_change(call->provider, opened ? BREAKER_OPEN : BREAKER_CLOSED, failures, error,
+				   call->breaker_cooldown_ms);
 }

@@ -242,9 +242,12 @@ sender_collect_finished(void)
 		if (notif_ends_sent(call->job.delivery, call->outcome) &&
 			!(call->job.delivery == AT_MOST_ONCE && call->job.dedup.retry))
 			sent++;
-		notif_throttle_release(call->throttle, 1, false);
+		/* before its grant is released: the slot is still its provider's */
 		if (!dropping)
 			notif_breaker_record(call, call->ended_at);
+		else
+			probe_unused(call);
+		notif_throttle_release(call->throttle, 1, false);
 		if (call->http_status == 429 && call->retry_after_ms > 0 && !call->device_busy)
 			notif_throttle_pause(call->throttle,
 								 TimestampTzPlusMilliseconds(call->ended_at, call->retry_after_ms));

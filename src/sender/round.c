@@ -247,8 +247,16 @@ claim_jobs(void)
 		if (admit == BREAKER_PROBE_DUE)
 		{
 			if (!notif_breaker_take_probe(&type->provider, now))
-				continue;		/* another sender's: its end wakes us */
+			{
+				/* another's: its end, or its giving up, decides */
+				if (notif_breaker_admit(&type->provider, now, &retry_at) == BREAKER_WAITS &&
+					retry_at < next)
+					next = retry_at;
+				expire_while_open(type, now, snapshot, &next);
+				continue;
+			}
 			probe = true;
+			sender.probe_held = type->provider.throttle;
 			want = 1;
 		}
 		granted = notif_throttle_acquire(type->provider.throttle, &type->provider, sender.lane_senders,
@@ -259,6 +267,7 @@ claim_jobs(void)
 		{
 			if (probe)
 				notif_breaker_probe_unused(type->provider.throttle);
+			sender.probe_held = -1;
 			continue;
 		}
 
@@ -275,6 +284,8 @@ claim_jobs(void)
 				continue;		/* claim_late: expired, no call */
 			call = sender_new_call(type, &jobs[j]);
 			call->probe = probe;
+			if (probe)
+				sender.probe_held = -1;	/* the call carries it */
 			probe = false;
 			dlist_push_tail(&sender.claimed, &call->node);
 			sender.grant_left--;
@@ -285,6 +296,7 @@ claim_jobs(void)
 		sender.grant_left = 0;
 		if (probe)
 			notif_breaker_probe_unused(type->provider.throttle);	/* no job to probe with */
+		sender.probe_held = -1;
 
 		if (claimed[i] >= pool_room)
 			sender.claim_when_call_ends = true; /* its calls fill the pool */
@@ -537,6 +549,9 @@ sender_round_failed(void)
 	sender_discard_claimed();
 	notif_throttle_release(sender.grant_slot, sender.grant_left, true);
 	sender.grant_left = 0;
+	if (sender.probe_held >= 0)
+		notif_breaker_probe_unused(sender.probe_held);
+	sender.probe_held = -1;
 	sender.config_stale = true;
 	sender.activity_stale = true;
 

@@ -206,6 +206,7 @@ notif_sender_main(Datum arg)
 
 	notif_shmem_attach();
 	sender.incarnation = notif_new_incarnation();
+	sender.probe_held = -1;		/* no breaker probe taken */
 	take_lane_slot(DatumGetInt32(arg));
 
 	BackgroundWorkerInitializeConnection(notif_database, NULL, 0);

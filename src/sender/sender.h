@@ -100,6 +100,13 @@ typedef struct NotifSender
 	int			grant_slot;
 	int			grant_left;
 
+	/*
+	 * The probe of a half-open breaker claim_jobs took (the provider's
+	 * throttle handle), until a claimed call carries it; -1: none.  Given
+	 * back if the claim fails (round_failed) or claims no job.
+	 */
+	int			probe_held;
+
 	/* the lane's running senders, itself included, counted at each round */
 	int			lane_senders;
 	int			config_senders; /* lane_senders the configuration was shared for */

@@ -71,7 +71,8 @@ static const char *const sql_lane_types =
  * last_error that one gets, $8 and $9 the same for such a job queued again
  * for its provider's deduplication window (claim_late_dedup_retry: an
  * at_most_once one stays sent, unresolved).  With $10, only the late jobs
- * are written (their provider's breaker is open: the others wait).  A late job is not held and has no call; a
+ * are locked and written (their provider's breaker is open: the others
+ * wait; their work rows, in the unlogged notif_active, are locked only).  A late job is not held and has no call; a
  * claimed one is held by the sender ($3).  sent_at is set when a status
  * becomes 'sent'.
  * The due jobs come from notif_active: "work" takes its first $2 due rows
@@ -109,6 +110,7 @@ static const char *const sql_claim =
 "    SELECT j.id, coalesce(j.deadline_at <= now(), false) AS late"
 "      FROM %s.notif_job j"
 "     WHERE j.id = ANY (ARRAY (SELECT w.job_id FROM work w)) AND j.status = 'queued'"
+"       AND (NOT $10 OR j.deadline_at <= now())"
 "       FOR NO KEY UPDATE OF j SKIP LOCKED),"
 " claimed AS ("
 "    UPDATE %s.notif_job j"

@@ -15,7 +15,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $node = new_node('circuit_breaker');
-my $sim = start_sim('--lookup-latency-ms', '1500');
+my $sim = start_sim('--lookup-latency-ms', '3000');
 my $status = $sim->{url} =~ s{/send$}{/status/{key}}r;
 # a port nobody listens on: every connection is refused
 my $closed = 'http://127.0.0.1:' . PostgreSQL::Test::Cluster::get_free_port() . '/send';
@@ -73,14 +73,30 @@ ok(wait_until($node, q{SELECT count(*) = 3 FROM notif_job WHERE kind = 'promo_un
 	'a provider without a breaker (NULL): each job spends its tries and fails, as before');
 is(health('unguarded'), 'closed 0 0 -', '  and shows closed, no failures counted');
 
+# --- an answer says the provider is there: a 4xx or a 429 never opens it ---
+set_provider($node, 'busy', $sim->{url}, breaker_threshold => 2, headers => q('{"X-Sim-Fault": "429"}'));
+set_provider($node, 'picky', $sim->{url}, breaker_threshold => 2, headers => q('{"X-Sim-Fault": "400"}'));
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max) VALUES
+		('promo_busy', 'at_most_once', 3, 'busy', '50 ms', '100 ms'),
+		('promo_picky', 'at_most_once', 3, 'picky', '50 ms', '100 ms');
+	SELECT notif_enqueue(g, 'promo_busy', 'b' || g, '{"text": "sale"}') FROM generate_series(1, 3) g;
+	SELECT notif_enqueue(g, 'promo_picky', 'k' || g, '{"text": "sale"}') FROM generate_series(1, 3) g;
+});
+ok(wait_until($node, q{SELECT count(*) = 6 FROM notif_job WHERE kind IN ('promo_busy', 'promo_picky') AND status = 'failed'}),
+	'nine 429s and three 400s: every job ended as without a breaker');
+is(health('busy') . ', ' . health('picky'), 'closed 0 0 -, closed 0 0 -',
+	'and neither breaker counted them: the provider answered');
+
 # --- a call claimed before the breaker opened is put back without a try (alo_breaker_open) ---
 # Every call is answered 5xx, undelivered (an ambiguous outcome, counted).
 # The alert's first call ends unknown; its retry asks the status lookup
-# first (answered after 1.5 s), and meanwhile three promotions' calls open
-# the breaker: when the lookup has answered, the call is refused.
+# first (answered after 3 s), and meanwhile three promotions' calls, each
+# answered at once, open the breaker: when the lookup has answered, the
+# call is refused.
 sim_get($sim, '/config?p_5xx=1');
-set_provider($node, 'gw', $sim->{url}, breaker_threshold => 3, breaker_cooldown => q('5 s'),
-	timeout => q('3 s'), idempotency_header => q('Idempotency-Key'), lookup_url => qq('$status'));
+set_provider($node, 'gw', $sim->{url}, breaker_threshold => 3, breaker_cooldown => q('8 s'),
+	timeout => q('5 s'), idempotency_header => q('Idempotency-Key'), lookup_url => qq('$status'));
 $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, deadline, provider, backoff_min, backoff_max) VALUES
 		('alert', 'at_least_once', 5, '1 minute', 'gw', '100 ms', '100 ms'),
@@ -100,7 +116,7 @@ is($node->safe_psql('postgres',
 		     || ' ' || (SELECT count(*) FROM notif_attempt WHERE job_id = $alert) FROM notif_job WHERE id = $alert}),
 	'queued unknown 1 true 1',
 	'alo_breaker_open: queued again, its try given back, its last call\'s outcome kept, no attempt recorded, due later');
-like(health('gw'), qr/^(open|half_open) ([3-9]|[1-9]\d+) [1-9]\d* HTTP 5\d\d: /, 'the refused call is counted in refused_calls');
+like(health('gw'), qr/^(open|half_open) ([3-9]|[1-9]\d+) [1-9]\d* HTTP 5\d\d$/, 'the refused call is counted in refused_calls; the last error is the status alone, never the answer\'s body');
 
 # --- the provider recovers: one probe closes the breaker, the waiting jobs go out ---
 sim_get($sim, '/config?p_5xx=0');
@@ -113,6 +129,6 @@ is($node->safe_psql('postgres',
 		q{SELECT string_agg(status || '/' || outcome, ' ' ORDER BY order_id) FROM notif_job WHERE kind = 'promo'}),
 	'sent/unknown sent/unknown sent/unknown',
 	'the promotions whose calls ended 5xx are not sent again (at_most_once)');
-like(health('gw'), qr/^closed 0 [1-9]\d* HTTP 5\d\d: /, 'closed: no failure in a row; the refused calls and the last error stay shown');
+like(health('gw'), qr/^closed 0 [1-9]\d* HTTP 5\d\d$/, 'closed: no failure in a row; the refused calls and the last error stay shown');
 
 done_testing();
