@@ -114,4 +114,21 @@ is(calls_of('alert', 'a1'), 'gw_c unknown, gw_b accepted', 'alo_next_route: the 
 is(calls_of('promo_c', 'c1'), 'gw_c unknown', 'amo_unknown: the at_most_once promotion did not');
 is(ledger_key($sim_b, 'promo_c:7:c1'), '0 0 0', 'gw_b never got it');
 
+# --- doc/providers.md's primary and backup gateways, as written ---
+sql('CREATE DATABASE docs');
+$node->safe_psql('docs', 'CREATE EXTENSION notif_deliver');
+$node->safe_psql('docs', doc_sql('doc/providers.md', 'json') . doc_sql('doc/providers.md', 'backup'));
+is($node->safe_psql('docs', q{SELECT backup_providers::text || ' ' || p.payload_map::text
+                                 FROM notif_type t, notif_provider p WHERE t.code = 'otp' AND p.name = 'sms_backup'}),
+	'{sms_backup} {"phone": "to", "message": "text"}', 'doc/providers.md: the backup gateway\'s rows work as written');
+set_provider($node, 'doc_backup', $sim_b->{url}, idempotency_header => q('Idempotency-Key'),
+	payload_map => q('{"phone": "to", "message": "text"}'));
+set_provider($node, 'doc_down', "http://127.0.0.1:" . PostgreSQL::Test::Cluster::get_free_port() . '/send');
+sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider, backup_providers)
+      VALUES ('doc_otp', 'at_least_once', 3, 'doc_down', '{doc_backup}');
+      SELECT notif_enqueue(812, 'doc_otp', 'login-7', '{"to": "+84901234567", "text": "Mã OTP của bạn là 482913"}')});
+ok(wait_until($node, q{SELECT status = 'sent' FROM notif_job WHERE kind = 'doc_otp'}), 'its OTP, sent through the backup');
+is(last_request($sim_b, 'doc_otp:812:login-7')->{body}, '{"phone": "+84901234567", "message": "Mã OTP của bạn là 482913"}',
+	'is the body the doc shows');
+
 done_testing();
