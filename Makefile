@@ -62,6 +62,7 @@ OBJS = \
 	src/sender/batch.o \
 	src/sender/breaker.o \
 	src/sender/calls.o \
+	src/sender/claim.o \
 	src/sender/lookup.o \
 	src/sender/report.o \
 	src/sender/request.o \

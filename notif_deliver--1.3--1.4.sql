@@ -97,3 +97,124 @@ GRANT SELECT ON notif_provider_health TO pg_monitor;
 ALTER TABLE notif_job
     ADD CONSTRAINT notif_job_order_id_check
     CHECK (octet_length(order_id) BETWEEN 1 AND 200 AND order_id !~ '[\x01-\x1f\x7f]') NOT VALID;
+
+/* ---------------------------------------------------------------------
+ * A backup provider per type, and what each provider's body looks like
+ *
+ * A call goes to the first of the type's provider, then its
+ * backup_providers, whose circuit breaker is not open; a job whose call
+ * certainly never reached one provider takes the next at once
+ * (amo_unreached_next_route, alo_next_route).  payload_map reshapes the
+ * job's payload for a provider that names its fields otherwise.
+ * notif_calls says which provider took each call.  Docs:
+ * doc/reference.md, "Backup providers".
+ * --------------------------------------------------------------------- */
+
+ALTER TABLE notif_type
+    ADD COLUMN backup_providers text[]
+        CONSTRAINT notif_type_backup_providers_check
+        CHECK (cardinality(backup_providers) BETWEEN 1 AND 8
+               AND array_position(backup_providers, NULL) IS NULL);
+
+COMMENT ON COLUMN notif_type.backup_providers IS 'providers that take the calls, in order, while the provider''s circuit breaker is open (each a notif_provider.name); NULL: none';
+
+/*
+ * {"their_field": "our_member", ...}: the body a provider gets holds, under
+ * each key, the job payload's member that the value names (a member the
+ * payload lacks is left out); NULL: the payload as it is.
+ */
+ALTER TABLE notif_provider
+    ADD COLUMN payload_map jsonb
+        CONSTRAINT notif_provider_payload_map_check
+        CHECK (jsonb_typeof(payload_map) = 'object' AND payload_map <> '{}'
+               AND NOT payload_map @? '$.* ? (@.type() != "string")');
+
+COMMENT ON COLUMN notif_provider.payload_map IS 'the body''s fields, each naming the payload member it holds ({"phone": "to", "message": "text"}); NULL: the payload as it is';
+
+-- which provider took a call: the job's last, and each attempt's (NULL: before 1.4)
+ALTER TABLE notif_job ADD COLUMN provider text;
+ALTER TABLE notif_attempt ADD COLUMN provider text;
+
+COMMENT ON COLUMN notif_job.provider IS 'the provider that took its last call; NULL: none yet (or before 1.4)';
+COMMENT ON COLUMN notif_attempt.provider IS 'the provider that took the call; NULL: before 1.4';
+
+CREATE OR REPLACE VIEW notif_calls AS
+SELECT a.job_id, a.try, a.started_at, a.ended_at, a.outcome, a.http_status, a.error, a.provider
+  FROM notif_attempt a
+UNION ALL
+-- a first call that was accepted: its job row, not notif_attempt, holds it
+SELECT j.id, 1, j.last_started_at, j.last_ended_at, j.outcome, j.http_status, NULL::text, j.provider
+  FROM notif_job j
+ WHERE j.earlier_tries + j.tries = 1 AND j.outcome = 'accepted'
+   AND j.last_started_at IS NOT NULL AND j.claimed_by IS NULL;
+
+/*
+ * backup_providers name providers, as notif_type.provider does: each must
+ * exist and differ from the type's provider and the others (23503, 23514);
+ * a provider a type names cannot be deleted, and a renamed one is renamed
+ * in the lists too.
+ */
+CREATE FUNCTION notif_type_check_backups()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    missing text;
+BEGIN
+    IF NEW.backup_providers IS NULL THEN
+        RETURN NEW;
+    END IF;
+    IF NEW.provider = ANY (NEW.backup_providers)
+       OR cardinality(NEW.backup_providers)
+          <> (SELECT count(DISTINCT b) FROM unnest(NEW.backup_providers) b) THEN
+        RAISE EXCEPTION 'notif_type "%": backup_providers must name other providers than its provider, each once', NEW.code
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'notif_type_backup_providers_check';
+    END IF;
+    SELECT b INTO missing FROM unnest(NEW.backup_providers) b
+     WHERE NOT EXISTS (SELECT FROM @extschema@.notif_provider p WHERE p.name = b) LIMIT 1;
+    IF missing IS NOT NULL THEN
+        RAISE EXCEPTION 'notif_type "%": backup provider "%" is not in notif_provider', NEW.code, missing
+            USING ERRCODE = 'foreign_key_violation';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+REVOKE ALL ON FUNCTION notif_type_check_backups() FROM PUBLIC;
+
+CREATE TRIGGER notif_type_check_backups
+    BEFORE INSERT OR UPDATE OF provider, backup_providers ON notif_type
+    FOR EACH ROW EXECUTE FUNCTION notif_type_check_backups();
+
+CREATE FUNCTION notif_provider_backup_refs()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    user_type text;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        SELECT t.code INTO user_type FROM @extschema@.notif_type t
+         WHERE OLD.name = ANY (t.backup_providers) LIMIT 1;
+        IF user_type IS NOT NULL THEN
+            RAISE EXCEPTION 'provider "%" is a backup provider of notif_type "%"', OLD.name, user_type
+                USING ERRCODE = 'foreign_key_violation';
+        END IF;
+        RETURN OLD;
+    END IF;
+    IF NEW.name IS DISTINCT FROM OLD.name THEN
+        UPDATE @extschema@.notif_type
+           SET backup_providers = array_replace(backup_providers, OLD.name, NEW.name)
+         WHERE OLD.name = ANY (backup_providers);
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+REVOKE ALL ON FUNCTION notif_provider_backup_refs() FROM PUBLIC;
+
+CREATE TRIGGER notif_provider_backup_refs
+    AFTER UPDATE OF name OR DELETE ON notif_provider
+    FOR EACH ROW EXECUTE FUNCTION notif_provider_backup_refs();

@@ -77,6 +77,7 @@ typedef struct NotifProviderConf
 	char	   *ca_cert;		/* PEM CA certificates, or NULL */
 	int64		dedup_reach_ms; /* its dedup_window less its timeout; 0: none */
 	NotifLookupConf *lookup;	/* its status lookup, or NULL */
+	Jsonb	   *payload_map;	/* its body's fields from the payload's, or NULL */
 	int			breaker_threshold;	/* failures in a row that open its
 									 * breaker; 0: no breaker */
 	int64		breaker_cooldown_ms;	/* open this long before a probe */
@@ -90,6 +91,11 @@ typedef struct NotifTypeConf
 	NotifDelivery delivery;
 	int			priority;
 	bool		has_deadline;	/* notif_type.deadline is set */
+	int			route;			/* its provider's place: 0 the type's
+								 * provider, then its backup_providers (a
+								 * type has an entry per route, in order) */
+	int			n_routes;
+	Datum		routes;			/* their names, a text[] */
 	NotifRetryPolicy policy;
 	NotifProviderConf provider;
 	TimestampTz expired_at;		/* its late jobs were last expired while
@@ -109,6 +115,7 @@ typedef struct NotifJobRef
 	NotifDedup	dedup;			/* its provider's deduplication window */
 	NotifLookup lookup;			/* what the status lookup said before this call */
 	bool		breaker_open;	/* its provider's breaker refused the call */
+	bool		next_route;		/* a backup provider follows its call's */
 } NotifJobRef;
 
 /* one provider call, from claim to recorded result */

@@ -51,6 +51,7 @@ static const NameOf condition_names[] = {
 	{COND_REPORTED, "a report said delivered during the call"},
 	{COND_LOOKUP_FOUND, "the provider's status lookup found it"},
 	{COND_BREAKER_OPEN, "the provider's circuit breaker is open"},
+	{COND_NEXT_ROUTE, "a backup provider follows"},
 };
 static const NameOf tries_names[] = {
 	{TRIES_KEPT, ""}, {TRIES_COUNTED, "+1"}, {TRIES_UNCOUNTED, "-1"}, {TRIES_FRESH, "fresh"},

@@ -89,6 +89,9 @@ static const NotifTransitionRow transitions[] = {
 	FAILED, false, TRIES_KEPT, false, NULL},
 	{"amo_unreached_out_of_time", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_UNREACHED, COND_OUT_OF_TIME,
 	FAILED, false, TRIES_KEPT, false, NULL},
+	/* it never reached that provider: the next one takes it, at once */
+	{"amo_unreached_next_route", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_UNREACHED, COND_NEXT_ROUTE,
+	QUEUED, true, TRIES_KEPT, false, NULL},
 	{"amo_unreached_retry", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_UNREACHED, COND_ALWAYS,
 	QUEUED, true, TRIES_KEPT, false, NULL},
 	{"amo_dedup_window_passed", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_NOT_STARTED, COND_DEDUP_WINDOW_PASSED,
@@ -115,6 +118,12 @@ static const NotifTransitionRow transitions[] = {
 	QUEUED, true, TRIES_KEPT, false, NULL},	/* no duplicate: the provider drops it */
 	{"alo_retry_after_report_wait", EVENT_CALL_ENDED, ALO, SENDING, OUTCOME_UNKNOWN, COND_REPORT_WAIT,
 	QUEUED, true, TRIES_KEPT, false, NULL},	/* a report may come first */
+	/*
+	 * the next provider takes it at once (after an ambiguous call, a copy
+	 * there may be a duplicate; its own provider's report wait came first)
+	 */
+	{"alo_next_route", EVENT_CALL_ENDED, ALO, SENDING, AMBIGUOUS, COND_NEXT_ROUTE,
+	QUEUED, true, TRIES_KEPT, false, NULL},
 	{"alo_retry", EVENT_CALL_ENDED, ALO, SENDING, AMBIGUOUS, COND_ALWAYS,
 	QUEUED, true, TRIES_KEPT, false, NULL},
 	{"alo_not_started", EVENT_CALL_ENDED, ALO, SENDING, OUTCOME_NOT_STARTED, COND_ALWAYS,
@@ -310,6 +319,8 @@ condition_holds(NotifCondition when, const NotifFacts *f)
 			return f->lookup_found;
 		case COND_BREAKER_OPEN:
 			return f->breaker_open;
+		case COND_NEXT_ROUTE:
+			return f->next_route;
 	}
 	return false;
 }
@@ -435,7 +446,7 @@ NotifTransition
 notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 				 int tries, const NotifRetryPolicy *policy, TimestampTz now,
 				 TimestampTz deadline_at, int64 retry_after_ms, const NotifDedup *dedup,
-				 bool reported, NotifLookup lookup, bool breaker_open)
+				 bool reported, NotifLookup lookup, bool breaker_open, bool next_route)
 {
 	NotifTransition t = {0};
 	NotifFacts	facts = {0};
@@ -455,6 +466,7 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 	facts.report_wait = policy->resolve_wait_ms > 0;
 	facts.lookup_found = lookup == LOOKUP_FOUND;
 	facts.breaker_open = breaker_open;
+	facts.next_route = next_route && !dedup->retry;
 
 	t.row = notif_find_transition(event, delivery,
 								  (NotifStatus) notif_claim_row(delivery, false)->to,
@@ -465,7 +477,7 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 	t.status = (NotifStatus) t.row->to;
 	t.tries_delta = (t.row->tries == TRIES_UNCOUNTED) ? -1 : 0;
 	if (t.row->retries)
-		t.next_at = next_at;
+		t.next_at = (t.row->when == COND_NEXT_ROUTE) ? now : next_at;
 	if (t.row->when == COND_REPORT_WAIT)
 	{
 		/*

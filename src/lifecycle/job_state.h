@@ -85,8 +85,11 @@ typedef enum NotifCondition
 								 * before it retries (resolve_wait) */
 	COND_LOOKUP_FOUND,			/* asked before the retry, the provider's
 								 * status lookup said it has the message */
-	COND_BREAKER_OPEN			/* the provider's circuit breaker was open
+	COND_BREAKER_OPEN,			/* the provider's circuit breaker was open
 								 * when the call was to start: no call */
+	COND_NEXT_ROUTE				/* the type has a backup provider after the
+								 * one that took the call (not a retry made
+								 * for that one's deduplication window) */
 } NotifCondition;
 
 /*
@@ -162,6 +165,7 @@ typedef struct NotifFacts
 	bool		reported;
 	bool		lookup_found;
 	bool		breaker_open;
+	bool		next_route;
 } NotifFacts;
 
 /*
@@ -278,6 +282,7 @@ extern NotifTransition notif_after_call(NotifEvent event, NotifDelivery delivery
 										const NotifDedup *dedup,
 										bool reported,	/* COND_REPORTED */
 										NotifLookup lookup,
-										bool breaker_open);	/* COND_BREAKER_OPEN */
+										bool breaker_open,	/* COND_BREAKER_OPEN */
+										bool next_route);	/* COND_NEXT_ROUTE */
 
 #endif							/* NOTIF_JOB_STATE_H */

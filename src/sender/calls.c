@@ -49,6 +49,7 @@ sender_new_call(NotifTypeConf *type, NotifClaimedJob *job)
 	else if (job->dedup_retry)
 		call->job.dedup.until = job->created_at;	/* no window now: passed */
 	call->job.dedup.retry = job->dedup_retry;
+	call->job.next_route = type->route < type->n_routes - 1;	/* a backup follows */
 	call->timeout_ms = type->provider.timeout_ms;
 	call->connect_timeout_ms = type->provider.connect_timeout_ms;
 	call->throttle = type->provider.throttle;
@@ -56,8 +57,13 @@ sender_new_call(NotifTypeConf *type, NotifClaimedJob *job)
 	call->breaker_cooldown_ms = type->provider.breaker_cooldown_ms;
 	key = psprintf("%s:" INT64_FORMAT ":%s", type->code, job->user_id, job->order_id);
 	notif_build_request(call, &type->provider, key, job->payload);
-	/* a retry after an unknown outcome: ask the provider first (lookup.c) */
-	if (job->after_unknown && type->delivery == AT_LEAST_ONCE && type->provider.lookup)
+	/*
+	 * a retry after an unknown outcome: ask the provider first (lookup.c),
+	 * when it is the one that took that call (a backup's copy is a
+	 * possible duplicate)
+	 */
+	if (job->after_unknown && type->delivery == AT_LEAST_ONCE && type->provider.lookup &&
+		(job->last_provider == NULL || strcmp(job->last_provider, type->provider.name) == 0))
 		call->lookup_url = sender_lookup_url(type->provider.lookup, key);
 	MemoryContextSwitchTo(old);
 	return call;

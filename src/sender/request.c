@@ -118,6 +118,40 @@ append_pairs(StringInfo buf, Jsonb *payload)
  * object's keys in one canonical order, so the result is the same bytes
  * for every attempt).
  */
+/*
+ * The payload as a provider with a payload_map wants it: under each of the
+ * map's keys, the payload's member its value names (left out when the
+ * payload lacks it).  The same payload gives the same bytes every attempt.
+ */
+static Jsonb *
+mapped_payload(Jsonb *payload, Jsonb *map)
+{
+	JsonbParseState *state = NULL;
+	JsonbIterator *it = JsonbIteratorInit(&map->root);
+	JsonbValue	v;
+	JsonbValue	k = {0};
+	JsonbValue *result;
+	JsonbIteratorToken tok;
+
+	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		JsonbValue	member;
+
+		if (tok == WJB_KEY)
+			k = v;
+		else if (tok == WJB_VALUE && v.type == jbvString &&
+				 getKeyJsonValueFromContainer(&payload->root, v.val.string.val,
+											  v.val.string.len, &member) != NULL)
+		{
+			pushJsonbValue(&state, WJB_KEY, &k);
+			pushJsonbValue(&state, WJB_VALUE, &member);
+		}
+	}
+	result = pushJsonbValue(&state, WJB_END_OBJECT, NULL);
+	return JsonbValueToJsonb(result);
+}
+
 static Jsonb *
 with_ref_field(Jsonb *payload, const char *field, const char *key)
 {
@@ -210,6 +244,9 @@ notif_build_request(NotifCall *call, const NotifProviderConf *provider,
 								 provider->format == FORMAT_FCM ? "FCM" : "APNs", call->refused);
 		return;
 	}
+	if (provider->payload_map && provider->format != FORMAT_FCM &&
+		provider->format != FORMAT_APNS)
+		payload = mapped_payload(payload, provider->payload_map);
 	if (provider->ref_field && provider->format != FORMAT_FCM &&
 		provider->format != FORMAT_APNS)
 		payload = with_ref_field(payload, provider->ref_field, key);

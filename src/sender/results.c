@@ -39,7 +39,8 @@ make_result(NotifResult *r, NotifEvent event, const NotifJobRef *job,
 	r->next = notif_after_call(event, job->delivery, outcome, job->tries, &job->policy,
 							   now, job->deadline_at, retry_after_ms, &job->dedup, reported,
 							   event == EVENT_CALL_ENDED ? job->lookup : LOOKUP_NONE,
-							   event == EVENT_CALL_ENDED && job->breaker_open);
+							   event == EVENT_CALL_ENDED && job->breaker_open,
+							   event == EVENT_CALL_ENDED && job->next_route);
 	r->error = r->next.row->note ? r->next.row->note : error;
 	if (r->next.row->when == COND_BREAKER_OPEN)
 		r->outcome = OUTCOME_NONE;	/* no call: the job keeps its last call's */
@@ -194,9 +195,10 @@ sender_finished_results(NotifResult **out)
 			call->started_at >= call->job.dedup.until;
 		if (error && call->http_status != 0 && call->outcome != OUTCOME_ACCEPTED)
 			error = psprintf("HTTP %ld%s%s", call->http_status, error[0] ? ": " : "", error);
-		make_result(&results[n++], EVENT_CALL_ENDED, &call->job, call->outcome,
+		make_result(&results[n], EVENT_CALL_ENDED, &call->job, call->outcome,
 					call->http_status, error, call->started_at, call->ended_at,
 					retry_after, now, was_reported);
+		results[n++].provider = call->provider;
 	}
 	*out = results;
 	return n;

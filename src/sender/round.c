@@ -66,8 +66,8 @@ free_config(MemoryContext cxt, NotifTypeConf *t, int n)
  * left in flight by stopped senders are looked for again too (a type may
  * have moved into this lane, or been resumed).
  */
-static void
-reload_config(void)
+void
+sender_reload_config(void)
 {
 	uint64		generation;
 	MemoryContext cxt;
@@ -115,217 +115,6 @@ reload_config(void)
 	sender.config_stale = false;
 	sender.need_recovery = true;
 }
-
-/*
- * The calls type i's provider takes now (notif_http_room), less those
- * claimed for it this round and not yet started (claimed[k] for the
- * types before i; types may share a provider).
- */
-static int
-pool_room_left(int i, const int *claimed)
-{
-	const NotifProviderConf *p = &sender.types[i].provider;
-	int			room = notif_http_room(p);
-	int			k;
-
-	if (room == INT_MAX)
-		return room;
-	for (k = 0; k < i; k++)
-		if (claimed[k] > 0 && strcmp(sender.types[k].provider.name, p->name) == 0)
-			room -= claimed[k];
-	return room;
-}
-
-/*
- * A type whose provider's breaker is open: its jobs wait, but those whose
- * deadline passed still expire (claim_late), looked for at most once a
- * second.
- */
-#define EXPIRE_WHILE_OPEN_MS	1000
-
-static void
-expire_while_open(NotifTypeConf *type, TimestampTz now, Snapshot snapshot, TimestampTz *next)
-{
-	NotifClaimedJob *jobs;
-	TimestampTz again;
-
-	if (!type->has_deadline)
-		return;
-	again = TimestampTzPlusMilliseconds(type->expired_at, EXPIRE_WHILE_OPEN_MS);
-	if (type->expired_at == 0 || again <= now)
-	{
-		(void) notif_sql_claim(type->code, type->delivery, notif_batch_size, true,
-							   sender.incarnation, snapshot, sender.round_cxt, &jobs);
-		type->expired_at = now;
-		again = TimestampTzPlusMilliseconds(now, EXPIRE_WHILE_OPEN_MS);
-	}
-	if (again < *next)
-		*next = again;
-}
-
-/*
- * Claim due jobs, type by type in priority order, within the lane's room
- * and each provider's limits, while its circuit breaker lets calls go
- * (breaker.c; half-open, one job is claimed, to probe it).  The calls are
- * started after the commit.
- */
-static void
-claim_jobs(void)
-{
-	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz next = TimestampTzPlusMilliseconds(now, notif_poll_interval_ms);
-	int			room = sender_max_inflight() - notif_http_inflight() - sender_lookups_asking();
-	bool		more = false;
-	int		   *claimed;
-	int			i;
-	Snapshot	snapshot;
-
-	/*
-	 * The claims see the jobs committed before this snapshot, and the
-	 * configuration is checked after it: a change that committed before a
-	 * job was enqueued (the generation is bumped at its commit, before its
-	 * session goes on) is read before that job is claimed, so the job never
-	 * goes out with the configuration it was enqueued after.
-	 */
-	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	if (pg_atomic_read_u64(&notif_shared->config_generation) != sender.config_generation)
-		reload_config();
-	claimed = palloc0(sizeof(int) * Max(sender.n_types, 1));
-
-	for (i = 0; i < sender.n_types; i++)
-	{
-		NotifTypeConf *type = &sender.types[i];
-		NotifClaimedJob *jobs;
-		TimestampTz retry_at;
-		NotifBreakerAdmit admit;
-		bool		probe = false;
-		int			want,
-					pool_room,
-					granted,
-					n,
-					j;
-
-		if (type->provider.url == NULL)
-			continue;			/* not configured: its jobs wait */
-		admit = notif_breaker_admit(&type->provider, now, &retry_at);
-		if (admit == BREAKER_WAITS)
-		{
-			if (retry_at < next)
-				next = retry_at;
-			expire_while_open(type, now, snapshot, &next);
-			continue;
-		}
-		if (!notif_push_auth_ready(&type->provider, now, false, &retry_at))
-		{
-			/* no token (push/auth.c): get one if jobs are due; they wait */
-			TimestampTz due = notif_sql_next_due(type->code);
-
-			if (due == 0 || due > now ||
-				!notif_push_auth_ready(&type->provider, now, true, &retry_at))
-			{
-				if (due > now && due < next)
-					next = due;
-				if (retry_at != 0 && retry_at < next)
-					next = retry_at;
-				continue;
-			}
-		}
-		if (room <= 0)
-		{
-			more = true;
-			break;
-		}
-		want = Min(room, notif_batch_size);
-		pool_room = pool_room_left(i, claimed);
-		if (pool_room <= 0)
-		{
-			/* its connections open no faster than it answers: when one does */
-			sender.claim_when_call_ends = true;
-			continue;
-		}
-		want = Min(want, pool_room);
-		if (admit == BREAKER_PROBE_DUE)
-		{
-			if (!notif_breaker_take_probe(&type->provider, now))
-			{
-				/* another's: its end, or its giving up, decides */
-				if (notif_breaker_admit(&type->provider, now, &retry_at) == BREAKER_WAITS &&
-					retry_at < next)
-					next = retry_at;
-				expire_while_open(type, now, snapshot, &next);
-				continue;
-			}
-			probe = true;
-			sender.probe_held = type->provider.throttle;
-			want = 1;
-		}
-		granted = notif_throttle_acquire(type->provider.throttle, &type->provider, sender.lane_senders,
-										 want, now, &retry_at);
-		if (retry_at != 0 && retry_at < next)
-			next = retry_at;
-		if (granted == 0)
-		{
-			if (probe)
-				notif_breaker_probe_unused(type->provider.throttle);
-			sender.probe_held = -1;
-			continue;
-		}
-
-		sender.grant_slot = type->provider.throttle;
-		sender.grant_left = granted;
-		n = notif_sql_claim(type->code, type->delivery, granted, false, sender.incarnation,
-							snapshot, sender.round_cxt, &jobs);
-
-		for (j = 0; j < n; j++)
-		{
-			NotifCall  *call;
-
-			if (jobs[j].deadline_passed)
-				continue;		/* claim_late: expired, no call */
-			call = sender_new_call(type, &jobs[j]);
-			call->probe = probe;
-			if (probe)
-				sender.probe_held = -1;	/* the call carries it */
-			probe = false;
-			dlist_push_tail(&sender.claimed, &call->node);
-			sender.grant_left--;
-			room--;
-			claimed[i]++;
-		}
-		notif_throttle_release(sender.grant_slot, sender.grant_left, true);
-		sender.grant_left = 0;
-		if (probe)
-			notif_breaker_probe_unused(type->provider.throttle);	/* no job to probe with */
-		sender.probe_held = -1;
-
-		if (claimed[i] >= pool_room)
-			sender.claim_when_call_ends = true; /* its calls fill the pool */
-		else if (n == granted)
-		{
-			/*
-			 * There may be more due: claim again as soon as there is room
-			 * (a call ends), or when the rate limit allows.
-			 */
-			if (retry_at == 0)
-				more = true;
-		}
-		else
-		{
-			TimestampTz due = notif_sql_next_due(type->code);
-
-			if (due != 0)
-			{
-				if (due <= now)
-					due = TimestampTzPlusMilliseconds(now, SENDER_LOCKED_DUE_WAIT_MS);
-				if (due < next)
-					next = due;
-			}
-		}
-	}
-	UnregisterSnapshot(snapshot);
-	sender.claim_at = more ? 0 : next;
-}
-
 
 /*
  * An at_most_once claim must be durable before its call starts, on this
@@ -474,7 +263,7 @@ sender_round(bool want_claim)
 	if (installed)
 	{
 		if (sender.config_stale)
-			reload_config();
+			sender_reload_config();
 		if (sender.need_recovery)
 		{
 			/* a failed round reads the configuration again, which asks again */
@@ -488,7 +277,7 @@ sender_round(bool want_claim)
 		sender_record(results, n_results, passed);
 		notif_push_record_unregistered(&sender.finished);
 		if (want_claim && !ShutdownRequestPending)
-			claim_jobs();
+			sender_claim_jobs();
 		claim_retries_when_due(results, n_results);
 		make_claims_durable();
 	}

@@ -136,10 +136,14 @@ extern NotifSender sender;
 extern PGDLLEXPORT void notif_sender_main(Datum arg);
 
 /* sender/round.c */
+extern void sender_reload_config(void);
 extern bool sender_has_work(void);
 extern int	sender_max_inflight(void);
 extern void sender_round(bool want_claim);
 extern void sender_round_failed(void);
+
+/* sender/claim.c */
+extern void sender_claim_jobs(void);
 
 /* sender/calls.c */
 struct NotifClaimedJob;

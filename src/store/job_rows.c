@@ -48,6 +48,7 @@ notif_claimed_from_rows(MemoryContext cxt, NotifClaimedJob **out)
 		j->created_at = spi_col_timestamptz(i, 9);
 		j->dedup_retry = DatumGetBool(spi_col(i, 10, &isnull));
 		j->after_unknown = DatumGetBool(spi_col(i, 11, &isnull));
+		j->last_provider = spi_col_text(i, 12, cxt);
 	}
 	*out = jobs;
 	return (int) SPI_processed;
@@ -136,6 +137,10 @@ notif_record_arrays(const NotifResult *results, int n, Datum *values)
 		nulls[REC_ATTEMPT][i] = r->next.no_call;	/* no attempt row */
 		elems[REC_RESOLVES][i] = BoolGetDatum(r->next.resolution != RESOLUTION_KEPT);
 		elems[REC_KEEPS_OUTCOME][i] = BoolGetDatum(r->next.keeps_outcome);
+		if (r->provider)
+			elems[REC_PROVIDER][i] = CStringGetTextDatum(r->provider);
+		else
+			nulls[REC_PROVIDER][i] = true;
 		resolved_by = notif_resolution_name(r->next.resolution);
 		if (resolved_by)
 			elems[REC_RESOLVED_BY][i] = CStringGetTextDatum(resolved_by);

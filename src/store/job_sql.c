@@ -38,7 +38,11 @@
 #include "store/spi_values.h"
 #include "core/notif_deliver.h"
 
-/* the types of a lane, with their providers (paused types left out) */
+/*
+ * The types of a lane with their providers, a row per route (the type's
+ * provider, route 1, then each of its backup_providers), paused types left
+ * out.
+ */
 static const char *const sql_lane_types =
 "SELECT t.code, t.delivery, t.max_tries, t.priority,"
 "       (extract(epoch FROM t.backoff_min) * 1000)::int8,"
@@ -59,10 +63,13 @@ static const char *const sql_lane_types =
 "       p.lookup_found::int8[], p.lookup_not_found::int8[], p.lookup_field,"
 "       p.lookup_found_values, p.lookup_not_found_values,"
 "       p.breaker_threshold, (extract(epoch FROM p.breaker_cooldown) * 1000)::int8,"
-"       t.deadline IS NOT NULL"
-"  FROM %s.notif_type t JOIN %s.notif_provider p ON p.name = t.provider"
+"       t.deadline IS NOT NULL, p.payload_map, r.route::int4, cardinality(rs.routes), rs.routes"
+"  FROM %s.notif_type t"
+"  CROSS JOIN LATERAL (SELECT ARRAY[t.provider] || coalesce(t.backup_providers, '{}') AS routes) rs"
+"  CROSS JOIN LATERAL unnest(rs.routes) WITH ORDINALITY AS r(name, route)"
+"  JOIN %s.notif_provider p ON p.name = r.name"
 " WHERE t.lane = $1 AND NOT t.paused"
-" ORDER BY t.priority DESC, t.code";
+" ORDER BY t.priority DESC, t.code, r.route";
 
 /*
  * Claim due jobs of one type, writing what job_state.c's claim rows say
@@ -70,7 +77,14 @@ static const char *const sql_lane_types =
  * of its tries, $6 the status of a job whose deadline has passed, $7 the
  * last_error that one gets, $8 and $9 the same for such a job queued again
  * for its provider's deduplication window (claim_late_dedup_retry: an
- * at_most_once one stays sent, unresolved).  With $10, only the late jobs
+ * at_most_once one stays sent, unresolved).  A type with backup providers
+ * claims per route: $11 its routes, $14 the one claimed for, and a job is
+ * taken when its route this round is that one: from the first (a job
+ * whose last call did not end ambiguous or unreached), $12[first]; after
+ * one that took a call it may retry there (a retry made for that
+ * provider's deduplication window), $13[that]; else the next after it,
+ * $12[next] ($12 and $13: which route takes a job starting at each, 0:
+ * none, it waits; sender/round.c).  With $10, only the late jobs
  * are locked and written (their provider's breaker is open: the others
  * wait; their work rows, in the unlogged notif_active, are locked only).  A late job is not held and has no call; a
  * claimed one is held by the sender ($3).  sent_at is set when a status
@@ -102,7 +116,13 @@ static const char *const sql_claim =
 "    SELECT a.job_id"
 "      FROM %s.notif_active a"
 "     WHERE a.kind = $1 AND a.claimed_by IS NULL AND a.next_at <= now()"
-"       AND (SELECT j.status FROM %s.notif_job j WHERE j.id = a.job_id) = 'queued'"
+"       AND (SELECT j.status = 'queued'"
+"                   AND ($11::text[] IS NULL OR $14 = CASE"
+"                        WHEN j.outcome IS NULL OR j.outcome NOT IN ('unreached', 'unknown')"
+"                             OR array_position($11, j.provider) IS NULL THEN $12[1]"
+"                        WHEN j.resolved_by = 'dedup_window' THEN $13[array_position($11, j.provider)]"
+"                        ELSE $12[array_position($11, j.provider) % cardinality($11) + 1] END)"
+"              FROM %s.notif_job j WHERE j.id = a.job_id)"
 "     ORDER BY a.next_at"
 "     LIMIT $2"
 "       FOR UPDATE OF a SKIP LOCKED),"
@@ -122,7 +142,7 @@ static const char *const sql_claim =
 "     WHERE j.id = ANY (ARRAY (SELECT d.id FROM due d WHERE NOT d.late AND NOT $10))"
 "    RETURNING j.id, j.user_id, j.order_id, j.payload, false AS late, j.tries, j.deadline_at,"
 "              j.earlier_tries, j.created_at, (j.resolved_by = 'dedup_window') IS TRUE,"
-"              (j.outcome = 'unknown') IS TRUE),"
+"              (j.outcome = 'unknown') IS TRUE, j.provider),"
 " overdue AS ("
 "    UPDATE %s.notif_job j"
 "       SET status = CASE WHEN j.resolved_by = 'dedup_window' THEN $8 ELSE $6 END,"
@@ -132,7 +152,7 @@ static const char *const sql_claim =
 "     WHERE j.id = ANY (ARRAY (SELECT d.id FROM due d WHERE d.late))"
 "    RETURNING j.id, j.user_id, j.order_id, j.payload, true AS late, j.tries, j.deadline_at,"
 "              j.earlier_tries, j.created_at, (j.resolved_by = 'dedup_window') IS TRUE,"
-"              (j.outcome = 'unknown') IS TRUE),"
+"              (j.outcome = 'unknown') IS TRUE, j.provider),"
 " held AS ("
 "    UPDATE %s.notif_active a SET claimed_by = $3"
 "     WHERE a.job_id = ANY (ARRAY (SELECT c.id FROM claimed c))),"
@@ -183,6 +203,7 @@ static const char *const sql_record =
 "           claimed_at = NULL,"
 "           last_started_at = CASE WHEN r.outcome IS NULL THEN j.last_started_at ELSE r.started_at END,"
 "           last_ended_at = CASE WHEN r.outcome IS NULL THEN j.last_ended_at ELSE r.ended_at END,"
+"           provider = CASE WHEN r.outcome IS NULL THEN j.provider ELSE coalesce(r.provider, j.provider) END,"
 "           resolved_by = CASE WHEN r.resolves THEN r.resolved_by ELSE j.resolved_by END"
 "      FROM r"
 "     WHERE j.id = r.id"
@@ -195,8 +216,8 @@ static const char *const sql_record =
 "    DELETE FROM %s.notif_active a"
 "     WHERE a.job_id = ANY (ARRAY (SELECT u.id FROM upd u WHERE u.status <> 'queued'))),"
 " att AS ("
-"    INSERT INTO %s.notif_attempt (job_id, try, started_at, ended_at, outcome, http_status, error)"
-"    SELECT r.id, r.attempt, r.started_at, r.ended_at, r.outcome, r.http_status, r.error"
+"    INSERT INTO %s.notif_attempt (job_id, try, started_at, ended_at, outcome, http_status, error, provider)"
+"    SELECT r.id, r.attempt, r.started_at, r.ended_at, r.outcome, r.http_status, r.error, r.provider"
 "      FROM r WHERE r.outcome IS NOT NULL AND r.attempt IS NOT NULL"
 "       AND (r.attempt <> 1 OR r.outcome <> 'accepted'"
 "            OR NOT EXISTS (SELECT FROM upd WHERE upd.id = r.id))"
@@ -381,8 +402,10 @@ enum
 
 static PlanDef plans[N_PLANS] = {
 	[PLAN_LANE_TYPES] = {&sql_lane_types, NULL, 1, {TEXTOID}},
-	[PLAN_CLAIM] = {&sql_claim, NULL, 10,
-	{TEXTOID, INT4OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID}, true},
+	[PLAN_CLAIM] = {&sql_claim, NULL, 14,
+		{TEXTOID, INT4OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
+		TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, INT4OID},
+	true},
 	[PLAN_RECORD] = {NULL, record_sql, N_RECORD_COLUMNS, {0}, true},	/* record_columns */
 	[PLAN_RECORD_PASSING] = {NULL, record_passing_sql, N_RECORD_COLUMNS, {0}, true},
 	[PLAN_ORPHANS] = {&sql_orphans, NULL, 1, {INT8ARRAYOID}},
@@ -496,12 +519,13 @@ notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out)
 
 int
 notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, bool late_only,
-				int64 incarnation, Snapshot snapshot, MemoryContext cxt, NotifClaimedJob **out)
+				const NotifClaimRoute *route, int64 incarnation, Snapshot snapshot,
+				MemoryContext cxt, NotifClaimedJob **out)
 {
 	const NotifTransitionRow *claimed = notif_claim_row(delivery, false);
 	const NotifTransitionRow *late = notif_claim_row(delivery, true);
 	const NotifTransitionRow *late_dedup = notif_claim_late_dedup_row(delivery);
-	Datum		values[10] = {CStringGetTextDatum(kind), Int32GetDatum(limit),
+	Datum		values[14] = {CStringGetTextDatum(kind), Int32GetDatum(limit),
 		Int64GetDatum(incarnation),
 		CStringGetTextDatum(notif_status_name((NotifStatus) claimed->to)),
 		Int32GetDatum(claimed->tries == TRIES_COUNTED ? 1 : 0),
@@ -509,10 +533,28 @@ notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, bool late_o
 		CStringGetTextDatum(late->note),
 		CStringGetTextDatum(notif_status_name((NotifStatus) late_dedup->to)),
 	CStringGetTextDatum(late_dedup->note), BoolGetDatum(late_only)};
+	char		nulls[14] = "          nnnn";
+	int			i;
 
 	Assert(claimed->holds && !late->holds && late->tries == TRIES_KEPT);
 	Assert(!late_dedup->holds && late_dedup->tries == TRIES_KEPT);
-	run_with(PLAN_CLAIM, values, NULL, false, SPI_OK_SELECT, snapshot);
+	if (route)
+	{
+		Datum	   *start = palloc(sizeof(Datum) * route->n);
+		Datum	   *stay = palloc(sizeof(Datum) * route->n);
+
+		for (i = 0; i < route->n; i++)
+		{
+			start[i] = Int32GetDatum(route->start[i]);
+			stay[i] = Int32GetDatum(route->stay[i]);
+		}
+		values[10] = route->routes;
+		values[11] = spi_array_of(start, NULL, route->n, INT4OID);
+		values[12] = spi_array_of(stay, NULL, route->n, INT4OID);
+		values[13] = Int32GetDatum(route->route);
+		memset(nulls + 10, ' ', 4);
+	}
+	run_with(PLAN_CLAIM, values, nulls, false, SPI_OK_SELECT, snapshot);
 	return notif_claimed_from_rows(cxt, out);	/* job_rows.c */
 }
 

@@ -26,7 +26,24 @@ typedef struct NotifClaimedJob
 	TimestampTz created_at;
 	bool		dedup_retry;	/* queued again for its provider's window */
 	bool		after_unknown;	/* its last call's outcome is unknown */
+	char	   *last_provider;	/* the provider that took its last call, or NULL */
 } NotifClaimedJob;
+
+/*
+ * A claim for one route of a type with backup providers (sender/round.c):
+ * the type's routes (a text[]), and for a job whose route this round
+ * starts at route d (1-based), the route that takes it: start[d - 1]
+ * (a job that moves on, or starts at the first), stay[d - 1] (a retry
+ * made for route d's provider's deduplication window); 0: it waits.
+ */
+typedef struct NotifClaimRoute
+{
+	Datum		routes;			/* text[] */
+	int			n;
+	int		   *start;
+	int		   *stay;
+	int			route;			/* the route claimed for, 1-based */
+} NotifClaimRoute;
 
 /* a job held by a sender that is gone */
 typedef struct NotifOrphanJob
@@ -49,6 +66,7 @@ typedef struct NotifResult
 	NotifOutcome outcome;
 	long		http_status;
 	const char *error;
+	const char *provider;		/* the provider that took the call, or NULL */
 	TimestampTz sent_at;		/* 0: keep */
 	TimestampTz started_at;
 	TimestampTz ended_at;
@@ -77,7 +95,8 @@ extern char *notif_sql_wrong_version;
 	C(ATTEMPT, attempt, INT4OID, INT4ARRAYOID, "int4") \
 	C(RESOLVES, resolves, BOOLOID, BOOLARRAYOID, "bool") \
 	C(RESOLVED_BY, resolved_by, TEXTOID, TEXTARRAYOID, "text") \
-	C(KEEPS_OUTCOME, keeps_outcome, BOOLOID, BOOLARRAYOID, "bool")
+	C(KEEPS_OUTCOME, keeps_outcome, BOOLOID, BOOLARRAYOID, "bool") \
+	C(PROVIDER, provider, TEXTOID, TEXTARRAYOID, "text")
 
 #define AS_ENUM(e, name, elem, array, sqltype) REC_##e,
 enum
@@ -104,7 +123,8 @@ extern void notif_planner_policy_tables(Oid nspid);
 extern int	notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out);
 
 extern int	notif_sql_claim(const char *kind, NotifDelivery delivery, int limit,
-							bool late_only, int64 incarnation, Snapshot snapshot,
+							bool late_only, const NotifClaimRoute *route,
+							int64 incarnation, Snapshot snapshot,
 							MemoryContext cxt, NotifClaimedJob **out);
 extern void notif_sql_record(NotifResult *results, int n, bool *passed);
 extern int	notif_sql_orphans(const int64 *live, int n_live,

@@ -10,6 +10,7 @@
 #include "postgres.h"
 
 #include "executor/spi.h"
+#include "utils/datum.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 
@@ -148,6 +149,23 @@ notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out)
 		t->provider.breaker_threshold = spi_col_int(i, 31);	/* NULL: 0, none */
 		t->provider.breaker_cooldown_ms = spi_col_int(i, 32);
 		t->has_deadline = DatumGetBool(spi_col(i, 33, &isnull));
+		d = spi_col(i, 34, &isnull);
+		if (!isnull)
+		{
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+
+			t->provider.payload_map = DatumGetJsonbPCopy(d);
+			MemoryContextSwitchTo(old);
+		}
+		t->route = spi_col_int(i, 35) - 1;
+		t->n_routes = spi_col_int(i, 36);
+		d = spi_col(i, 37, &isnull);
+		{
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+
+			t->routes = datumCopy(d, false, -1);
+			MemoryContextSwitchTo(old);
+		}
 	}
 	*out = types;
 	return (int) SPI_processed;
