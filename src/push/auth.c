@@ -134,7 +134,7 @@ auth_of(const NotifProviderConf *p)
 	ProviderAuth *free_slot = NULL;
 	ProviderAuth *pa = NULL;
 	MemoryContext old;
-	char	   *error;
+	NotifCredentialsError error;
 	int			i;
 
 	if (auth_cxt == NULL)
