@@ -32,8 +32,9 @@
 # goes back to --token-life), POST /token-suffix/TEXT (TEXT, percent-decoded,
 # is appended to each access token in the token endpoint's answers from
 # then on: the token issued, which FCM accepts, is the one without it;
-# POST /token-suffix/ ends it), POST /delay-ms/N (--delay-ms from then
-# on; answers already held keep theirs).  The
+# POST /token-suffix/ ends it), POST /retry-after/TEXT (APNs' 429 says
+# Retry-After: TEXT, percent-decoded, from then on), POST /delay-ms/N
+# (--delay-ms from then on; answers already held keep theirs).  The
 # counter "injected" counts requests that carried an X-Injected header.
 # Answers can be held --delay-ms, so that many calls are in flight at
 # once; with --token-hold 1, the token endpoint's are held until POST
@@ -55,7 +56,7 @@ my %o = (port => 0, 'token-life' => 3, 'apns-max-age' => 3600, 'delay-ms' => 0,
 	'retry-after' => 2, email => 'notif@demo.iam.gserviceaccount.com', kid => 'KEYID12345',
 	team => 'TEAMID1234', 'token-uri' => '');
 GetOptions(\%o, 'port=i', 'google-key=s', 'apns-key=s', 'token-life=i', 'apns-max-age=i',
-	'delay-ms=i', 'token-hold=i', 'retry-after=i', 'email=s', 'kid=s', 'team=s', 'token-uri=s')
+	'delay-ms=i', 'token-hold=i', 'retry-after=s', 'email=s', 'kid=s', 'team=s', 'token-uri=s')
   or die "usage: push_sim.pl --port N --google-key PUB --apns-key PUB [...]\n";
 my $rsa = $o{'google-key'} ? Crypt::PK::RSA->new($o{'google-key'}) : undef;
 my $ecc = $o{'apns-key'} ? Crypt::PK::ECC->new($o{'apns-key'}) : undef;
@@ -223,6 +224,7 @@ sub handle
 	if ($method eq 'POST' && $target eq '/revoke') { %issued = (); return (respond(200, ''), 0); }
 	if ($method eq 'POST' && $target =~ m{^/expires-in/(.*)$}) { $expires_in = $1; return (respond(200, ''), 0); }
 	if ($method eq 'POST' && $target =~ m{^/token-suffix/(.*)$}) { $token_suffix = unescape($1); return (respond(200, ''), 0); }
+	if ($method eq 'POST' && $target =~ m{^/retry-after/(.*)$}) { $o{'retry-after'} = unescape($1); return (respond(200, ''), 0); }
 	if ($method eq 'POST' && $target =~ m{^/delay-ms/(\d+)$}) { $o{'delay-ms'} = $1; return (respond(200, ''), 0); }
 	if ($method eq 'POST' && $target eq '/release-tokens')
 	{

@@ -8,7 +8,9 @@
 # 410 whose timestamp is 1e30 is Unregistered at the time it came; an APNs
 # 502 whose body is not text and an FCM reason cut inside a UTF-8
 # character go into last_error as printable ASCII; an APNs 400 in a 4 MB
-# answer is read up to 16 kB, and rejected on its status.  Throughout, the
+# answer is read up to 16 kB, and rejected on its status; a Retry-After
+# past all bounds (a number past any integer, the largest 64-bit one, a
+# date in the year 9999) holds the job an hour, no more.  Throughout, the
 # sender is the same process: nothing made it exit.
 use strict;
 use warnings;
@@ -137,6 +139,21 @@ like(sql("SELECT last_error FROM notif_job WHERE id = $jfat"), qr/^HTTP 400: \{"
 	'apns 4 MB answer: last_error is its start');
 my $grew = peak_kb() - $peak_before;
 cmp_ok($grew, '<', 2 * 1024, "apns 4 MB answer: the sender's peak memory grew by less than 2 MB ($grew kB)");
+# --- APNs: a 429 whose Retry-After is past all bounds -----------------------
+# (NOTIF_RETRY_AFTER_MAX_MS, src/lifecycle/delivery.h: an hour; a c0de*
+# device is answered 429 once, then accepted: a job retried sooner is sent)
+my $n = 0;
+for my $ra ('99999999999999999999999', '9223372036854775807', 'Fri, 31 Dec 9999 23:59:59 GMT')
+{
+	(my $escaped = $ra) =~ s/([^A-Za-z0-9])/sprintf('%%%02X', ord $1)/ge;
+	push_control($rig, "/retry-after/$escaped");
+	$n++;
+	my $j = sql(qq{SELECT notif_enqueue(7, 'apns_push', 'ra$n', '{"device_token": "c0de000$n", "headers": {"apns-topic": "t"}, "aps": {}}')});
+	ok(wait_until($node, "SELECT tries >= 1 FROM notif_job WHERE id = $j"), "Retry-After: $ra: the 429 came");
+	is(sql("SELECT status || ' ' || tries || ' ' || http_status || ' ' || (next_at > now() + interval '59 minutes' AND next_at <= now() + interval '1 hour')
+	          FROM notif_job WHERE id = $j"),
+		'queued 1 429 true', "Retry-After: $ra: the job waits an hour, no more");
+}
 same_sender('after every bad answer');
 
 done_testing();
