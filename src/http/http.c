@@ -201,8 +201,18 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 		read_result = CURLE_OK;
 	call->outcome = notif_classify(read_result, call->http_status, sent);
 	if (read_result != CURLE_OK)
-		call->error = MemoryContextStrdup(call->cxt,
-										  call->errbuf[0] ? call->errbuf : curl_easy_strerror(result));
+	{
+		/*
+		 * libcurl's words: they may hold what the provider or the url said
+		 * (a host name, a TLS alert, a proxy's), so only their excerpt
+		 * (core/excerpt.c) is kept, as of an answer
+		 */
+		const char *text = call->errbuf[0] ? call->errbuf : curl_easy_strerror(result);
+		MemoryContext old = MemoryContextSwitchTo(call->cxt);
+
+		call->error = notif_excerpt(text, strlen(text), false);
+		MemoryContextSwitchTo(old);
+	}
 	else if (call->outcome != OUTCOME_ACCEPTED && call->answer == NULL)
 	{
 		MemoryContext old = MemoryContextSwitchTo(call->cxt);
@@ -347,13 +357,19 @@ not_started(NotifCall *call, CURL *easy, CURLcode rc)
 static bool
 start(NotifCall *call)
 {
-	CURL	   *easy = notif_http_get_handle();
-	HttpPool   *pool = notif_pool_for(call);
+	const char *refused;
 	CURLcode	rc;
+	CURL	   *easy = notif_http_get_handle(&refused, &rc);
+	HttpPool   *pool = notif_pool_for(call);
 
 	if (easy == NULL)
 	{
-		call->error = "could not start the call: curl_easy_init failed";
+		MemoryContext old = MemoryContextSwitchTo(call->cxt);
+
+		call->error = refused == NULL ? pstrdup("could not start the call: curl_easy_init failed")
+			: psprintf("could not start the call: libcurl refused %s: %s",
+					   refused, curl_easy_strerror(rc));
+		MemoryContextSwitchTo(old);
 		return false;
 	}
 	call->easy = easy;
