@@ -36,6 +36,19 @@ SELECT next_at - created_at AS waits, deadline_at FROM notif_job WHERE user_id =
 -- within the deadline it is fine, after it is an error
 SELECT notif_enqueue(900, 'otp', 1, '{}', now() + interval '10 seconds') > 0 AS enqueued;
 SELECT try($$SELECT notif_enqueue(900, 'otp', 2, '{}', now() + interval '16 seconds')$$) AS after_deadline;
+-- a not_before in the past is now: the job takes its place behind those
+-- waiting; infinity and -infinity are refused (22008), on both insert paths
+SELECT notif_enqueue(901, 'giao_dich', 'past', '{}', now() - interval '1 year') > 0 AS enqueued;
+SELECT try($$SELECT notif_enqueue(901, 'giao_dich', 'inf', '{}', 'infinity')$$) AS infinity,
+       try($$SELECT notif_enqueue(901, 'giao_dich', 'inf', '{}', '-infinity')$$) AS minus_infinity;
+CREATE FUNCTION keep_job() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+CREATE TRIGGER keep_before BEFORE INSERT ON notif_job FOR EACH ROW EXECUTE FUNCTION keep_job();
+SELECT notif_enqueue(901, 'giao_dich', 'past-spi', '{}', now() - interval '1 year') > 0 AS enqueued_spi;
+SELECT try($$SELECT notif_enqueue(901, 'giao_dich', 'inf', '{}', '-infinity')$$) AS minus_infinity_spi;
+DROP TRIGGER keep_before ON notif_job;
+DROP FUNCTION keep_job();
+SELECT order_id, next_at = created_at AS at_once FROM notif_job WHERE user_id = 901 ORDER BY order_id;
+DELETE FROM notif_job WHERE user_id = 901;
 
 -- transactional: an enqueue in a transaction that rolls back never existed
 BEGIN;

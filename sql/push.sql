@@ -39,6 +39,46 @@ SELECT try(format($$INSERT INTO notif_provider (name, auth, credentials) VALUES 
 SELECT try(format($$INSERT INTO notif_provider (name, auth, credentials) VALUES ('p1', 'apns_token', %L)$$,
                   :'p8'::jsonb || jsonb_build_object('private_key', :'rsa_key')));
 SELECT try($$UPDATE notif_provider SET credentials = credentials - 'private_key' WHERE name = 'apns'$$);
+-- an encrypted key is refused unread, at once, by the CHECK function any
+-- role may call.  This one is a P-256 key as "openssl pkcs8 -topk8 -v2
+-- aes-256-cbc -iter 100000000 -passout pass:" writes it (made at -iter 1,
+-- then its iteration count set to 100,000,000: writing it so takes openssl
+-- as long as reading it).  Decrypting it, OpenSSL would first run PBKDF2
+-- 100,000,000 times (40 s of CPU that no statement_timeout or cancel
+-- interrupts); the same DER under "BEGIN PRIVATE KEY" would be decrypted
+-- too, were a passphrase ever given (src/push/token.c, no_passphrase)
+SELECT 'MIHuMFkGCSqGSIb3DQEFDTBMMCsGCSqGSIb3DQEFDDAeBAj/uX286IYRBAIEBfXh
+ADAMBggqhkiG9w0CCQUAMB0GCWCGSAFlAwQBKgQQMgt1wJHIo9igOctfzVvm/gSB
+kHBr0xqMAvGROg9TtkcZLh0qP2ZvRnDVjRPKvEemqvnEbx4k/zBf1c0/kCfqfh+V
+umLeucByckg+drqJLTF10b6WjkPgCaIDN6a5gaCWDukBQhUHNf1nQyuU0tTk0uPr
+bCWQmp8wC1bHouLzux3sCDli5b87YGmFVsHz99BKC348nQ5PlSv8jmZbl03wZqq8
+Xg==' AS epki \gset
+CREATE FUNCTION check_key(pem text, OUT error text, OUT detail text, OUT hint text, OUT fast boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    t0 timestamptz := clock_timestamp();
+BEGIN
+    PERFORM notif_credentials_check('apns_token',
+        jsonb_build_object('key_id', 'ABC123DEFG', 'team_id', 'DEF123GHIJ', 'private_key', pem));
+    error := 'accepted';
+    fast := clock_timestamp() - t0 < interval '1 second';
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS error = RETURNED_SQLSTATE, detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+    error := error || ': ' || SQLERRM;
+    fast := clock_timestamp() - t0 < interval '1 second';
+END $$;
+\x on
+SELECT * FROM check_key(E'-----BEGIN ENCRYPTED PRIVATE KEY-----\n' || :'epki' || E'\n-----END ENCRYPTED PRIVATE KEY-----\n');
+\x off
+SELECT label, fast, error FROM (VALUES ('PRIVATE KEY')) v(label),
+       check_key(E'-----BEGIN ' || label || E'-----\n' || :'epki' || E'\n-----END ' || label || E'-----\n');
+-- the older encryption of a PEM key (a Proc-Type: 4,ENCRYPTED header), and
+-- a text over 16 kB, are refused unread too
+\set legacy_key `openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 2>/dev/null | openssl ec -aes256 -passout pass:x 2>/dev/null`
+SELECT fast, error FROM check_key(:'legacy_key');
+SELECT fast, error, detail FROM check_key(:'ec_key' || repeat(' ', 16384 - length(:'ec_key'))) AS at_16_kB;
+SELECT fast, error, detail FROM check_key(:'ec_key' || repeat(' ', 16385 - length(:'ec_key'))) AS over_16_kB;
+DROP FUNCTION check_key(text);
 SELECT try($$INSERT INTO notif_provider (name, max_connections) VALUES ('p1', 0)$$);
 SELECT try($$INSERT INTO notif_provider (name, ca_cert) VALUES ('p1', '/etc/ssl/certs/ca.pem')$$);
 SELECT count(*) AS providers_written FROM notif_provider WHERE name = 'p1';

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # test/compat_check.sh: src/core/pg_compat.h's build-time checks do fail, and
-# name what changed (test/run runs it after the build; about 1 s).  Two
+# name what changed (test/run runs it after the build; about 1 s).  Three
 # probes compiled against the server's headers (pg_config, or $PG_CONFIG):
 #   - a signature this major does not have for an executor function the
 #     fast enqueue path calls: the build fails naming the function;
-#   - a major after the tested ones: the build fails naming what to check.
+#   - a major after the tested ones: the build fails naming what to check;
+#   - a libcurl before 7.85 (src/http/http.h): the build fails naming the
+#     version it needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pg_config=${PG_CONFIG:-pg_config}
@@ -49,4 +51,13 @@ cat >"$probe/future.c" <<'C'
 C
 probe future "not on this major: check src/core/pg_compat.h (ExecInsertIndexTuples" \
 	"a major after 18"
+
+cat >"$probe/libcurl.c" <<'C'
+#include "postgres.h"
+#include <curl/curl.h>
+#undef LIBCURL_VERSION_NUM
+#define LIBCURL_VERSION_NUM 0x075400
+#include "http/http.h"
+C
+probe libcurl "notif_deliver needs libcurl 7.85.0 or later" "a libcurl before 7.85"
 exit $status

@@ -201,7 +201,23 @@ enqueue_internal(FunctionCallInfo fcinfo, text *order_id_text)
 						   (size_t) (VARSIZE(payload) - VARHDRSZ), notif_max_payload_size),
 				 errhint("The limit is set by notif_deliver.max_payload_size.")));
 
+	/*
+	 * not_before: a time in the past is now (the job takes its place in its
+	 * type's queue, never before the jobs already waiting); infinity and
+	 * -infinity are refused (a job for -infinity would go before every
+	 * other, and now() - min(next_at) would fail the monitors while it
+	 * waits).  Both paths of the insert (fast.c's and SPI's) take next_at
+	 * from here.
+	 */
 	next_at = PG_ARGISNULL(4) ? now : PG_GETARG_TIMESTAMPTZ(4);
+	if (TIMESTAMP_NOT_FINITE(next_at))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("not_before must be a finite time"),
+				 errdetail("not_before is %s.", TIMESTAMP_IS_NOBEGIN(next_at) ? "-infinity" : "infinity"),
+				 errhint("Pass NULL, or leave it out, for a notification to go at once.")));
+	if (next_at < now)
+		next_at = now;
 
 	/* on a standby, or in a read-only transaction: PostgreSQL's own error */
 	PreventCommandIfReadOnly("notif_enqueue()");

@@ -54,21 +54,38 @@ static int	n_idle = 0;
 static size_t read_cb(char *buffer, size_t size, size_t nitems, void *userdata);
 static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata);
 
-/* the options that are the same for every call */
-static void
-handle_defaults(CURL *easy)
+/* one option of handle_defaults, unless one before it was refused */
+#define DEFAULT_OPTION(option, value) \
+	do { \
+		if (rc == CURLE_OK && (rc = curl_easy_setopt(easy, option, value)) != CURLE_OK) \
+			*refused = #option; \
+	} while (0)
+
+/*
+ * The options that are the same for every call, each checked: a handle on
+ * which libcurl refused one is never used (its calls would go without the
+ * limits set here: http and https only, no redirects, certificates and
+ * host names verified).  Returns CURLE_OK, or libcurl's code with
+ * *refused naming the option.
+ */
+static CURLcode
+handle_defaults(CURL *easy, const char **refused)
 {
+	CURLcode	rc;
+
 	notif_http_trust_defaults(easy);	/* a new handle's CA file and folder */
-	notif_http_socket_callbacks(easy);	/* its connections' sockets can park */
-	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
-	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 1L);
-	curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 2L);
-	curl_easy_setopt(easy, CURLOPT_USERAGENT, "notif_deliver/" NOTIF_SCHEMA_VERSION);
-	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, write_cb);
+	rc = notif_http_socket_callbacks(easy); /* its connections' sockets can park */
+	if (rc != CURLE_OK)
+		*refused = "CURLOPT_OPENSOCKETFUNCTION";
+	DEFAULT_OPTION(CURLOPT_PROTOCOLS_STR, "http,https");
+	DEFAULT_OPTION(CURLOPT_FOLLOWLOCATION, 0L);
+	DEFAULT_OPTION(CURLOPT_NOSIGNAL, 1L);
+	DEFAULT_OPTION(CURLOPT_SSL_VERIFYPEER, 1L);
+	DEFAULT_OPTION(CURLOPT_SSL_VERIFYHOST, 2L);
+	DEFAULT_OPTION(CURLOPT_USERAGENT, "notif_deliver/" NOTIF_SCHEMA_VERSION);
+	DEFAULT_OPTION(CURLOPT_WRITEFUNCTION, write_cb);
 	/* used only by a call without CURLOPT_POSTFIELDS (at_most_once) */
-	curl_easy_setopt(easy, CURLOPT_READFUNCTION, read_cb);
+	DEFAULT_OPTION(CURLOPT_READFUNCTION, read_cb);
 
 	/*
 	 * libcurl 7.88 (Debian 12's) keeps a handle's buffers for its life,
@@ -79,21 +96,41 @@ handle_defaults(CURL *easy)
 	 * (Later libcurl may share the receive buffer between a multi
 	 * handle's transfers; the sizes are within its limits either way.)
 	 */
-	curl_easy_setopt(easy, CURLOPT_BUFFERSIZE, (long) HANDLE_RECV_BUFFER);
-	curl_easy_setopt(easy, CURLOPT_UPLOAD_BUFFERSIZE, (long) HANDLE_SEND_BUFFER);
+	DEFAULT_OPTION(CURLOPT_BUFFERSIZE, (long) HANDLE_RECV_BUFFER);
+	DEFAULT_OPTION(CURLOPT_UPLOAD_BUFFERSIZE, (long) HANDLE_SEND_BUFFER);
+	return rc;
 }
 
+/*
+ * A handle for a call, or NULL: curl_easy_init failed (*refused NULL), or
+ * libcurl refused an option every call needs (*refused names it, *rc is
+ * libcurl's code; logged once per process, as it stays so).
+ */
 CURL *
-notif_http_get_handle(void)
+notif_http_get_handle(const char **refused, CURLcode *rc)
 {
+	static bool refusal_logged = false;
 	CURL	   *easy;
 
+	*refused = NULL;
+	*rc = CURLE_OK;
 	if (n_idle > 0)
 		return idle_handles[--n_idle];
 	easy = curl_easy_init();
-	if (easy)
-		handle_defaults(easy);
-	return easy;
+	if (easy == NULL)
+		return NULL;
+	*rc = handle_defaults(easy, refused);
+	if (*rc == CURLE_OK)
+		return easy;
+	curl_easy_cleanup(easy);
+	if (!refusal_logged)
+		ereport(LOG,
+				(errmsg("notif_deliver: libcurl refused %s: %s; no call starts",
+						*refused, curl_easy_strerror(*rc)),
+				 errdetail("This process loaded libcurl %s.", curl_version_info(CURLVERSION_NOW)->version),
+				 errhint("notif_deliver needs libcurl 7.85.0 or later, with http and https.")));
+	refusal_logged = true;
+	return NULL;
 }
 
 /* Free the idle handles (a sender that fell idle). */

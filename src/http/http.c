@@ -33,6 +33,7 @@
 #include "postgres.h"
 
 #include <sys/epoll.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "utils/memutils.h"
@@ -126,12 +127,55 @@ leave_pool(NotifCall *call, TimestampTz when, bool discard)
 	notif_free_request(call);
 }
 
+/*
+ * The wait an answer's Retry-After asks for, in ms, at most
+ * NOTIF_RETRY_AFTER_MAX_MS; 0 without one, or with one that does not
+ * read as a number of seconds or an HTTP-date (RFC 9110, 10.2.3), or a
+ * date already past.  Read here, not through CURLINFO_RETRY_AFTER: for a
+ * number past curl_off_t libcurl gives 0 (no wait at all), and its
+ * seconds, times 1000, overflowed int64 for the largest it gives.
+ */
+static int64
+retry_after_ms(CURL *easy)
+{
+	struct curl_header *h;
+	const char *p;
+	int64		s = 0;
+
+	if (curl_easy_header(easy, "Retry-After", 0, CURLH_HEADER, -1, &h) != CURLHE_OK)
+		return 0;
+	/* the last one, as libcurl reads it */
+	if (h->amount > 1 &&
+		curl_easy_header(easy, "Retry-After", h->amount - 1, CURLH_HEADER, -1, &h) != CURLHE_OK)
+		return 0;
+	p = h->value;
+	if (*p >= '0' && *p <= '9')
+	{
+		/* digits: counted only up to the bound, so never overflowing */
+		for (; *p >= '0' && *p <= '9'; p++)
+			if (s * 1000 < NOTIF_RETRY_AFTER_MAX_MS)
+				s = s * 10 + (*p - '0');
+		if (*p != '\0')
+			return 0;
+	}
+	else
+	{
+		time_t		when = curl_getdate(p, NULL);
+
+		if (when == -1)
+			return 0;
+		s = (int64) when - (int64) time(NULL);
+		if (s <= 0)
+			return 0;
+	}
+	return Min(s * 1000, (int64) NOTIF_RETRY_AFTER_MAX_MS);
+}
+
 /* A call's transfer ended: what it did, and its handle back to the free list. */
 static void
 finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 {
 	NotifCall  *call;
-	curl_off_t	retry_after = 0;
 	long		request_size = 0;
 	curl_off_t	resent = 0;
 	bool		sent;			/* a byte of the request went out */
@@ -141,10 +185,9 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 	call->ended_at = GetCurrentTimestamp();
 	curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &call->http_status);
 	curl_easy_getinfo(easy, CURLINFO_REQUEST_SIZE, &request_size);
-	curl_easy_getinfo(easy, CURLINFO_RETRY_AFTER, &retry_after);
 	curl_easy_getinfo(easy, CURLINFO_HTTP_VERSION, &call->http_version);
 	curl_easy_getinfo(easy, CURLINFO_REDIRECT_TIME_T, &resent);	/* > 0: sent again */
-	call->retry_after_ms = (int64) retry_after * 1000;
+	call->retry_after_ms = retry_after_ms(easy);
 	sent = request_size > 0 || call->body_sent > 0;
 
 	/*
@@ -158,8 +201,18 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 		read_result = CURLE_OK;
 	call->outcome = notif_classify(read_result, call->http_status, sent);
 	if (read_result != CURLE_OK)
-		call->error = MemoryContextStrdup(call->cxt,
-										  call->errbuf[0] ? call->errbuf : curl_easy_strerror(result));
+	{
+		/*
+		 * libcurl's words: they may hold what the provider or the url said
+		 * (a host name, a TLS alert, a proxy's), so only their excerpt
+		 * (core/excerpt.c) is kept, as of an answer
+		 */
+		const char *text = call->errbuf[0] ? call->errbuf : curl_easy_strerror(result);
+		MemoryContext old = MemoryContextSwitchTo(call->cxt);
+
+		call->error = notif_excerpt(text, strlen(text), false);
+		MemoryContextSwitchTo(old);
+	}
 	else if (call->outcome != OUTCOME_ACCEPTED && call->answer == NULL)
 	{
 		MemoryContext old = MemoryContextSwitchTo(call->cxt);
@@ -304,13 +357,19 @@ not_started(NotifCall *call, CURL *easy, CURLcode rc)
 static bool
 start(NotifCall *call)
 {
-	CURL	   *easy = notif_http_get_handle();
-	HttpPool   *pool = notif_pool_for(call);
+	const char *refused;
 	CURLcode	rc;
+	CURL	   *easy = notif_http_get_handle(&refused, &rc);
+	HttpPool   *pool = notif_pool_for(call);
 
 	if (easy == NULL)
 	{
-		call->error = "could not start the call: curl_easy_init failed";
+		MemoryContext old = MemoryContextSwitchTo(call->cxt);
+
+		call->error = refused == NULL ? pstrdup("could not start the call: curl_easy_init failed")
+			: psprintf("could not start the call: libcurl refused %s: %s",
+					   refused, curl_easy_strerror(rc));
+		MemoryContextSwitchTo(old);
 		return false;
 	}
 	call->easy = easy;

@@ -13,6 +13,14 @@
 
 #include "lifecycle/delivery.h"
 
+/*
+ * libcurl 7.85 or later: CURLOPT_PROTOCOLS_STR limits every call to http
+ * and https (handles.c), and curl_easy_header reads Retry-After (http.c).
+ */
+#if LIBCURL_VERSION_NUM < 0x075500
+#error "notif_deliver needs libcurl 7.85.0 or later (CURLOPT_PROTOCOLS_STR): install a newer libcurl4-openssl-dev"
+#endif
+
 /* http.c */
 extern void notif_http_init(void);
 extern int	notif_http_epoll_fd(void);
@@ -28,7 +36,7 @@ extern void notif_http_config_read(const NotifTypeConf *types, int n);
 extern int	notif_http_room(const NotifProviderConf *provider);
 
 /* handles.c */
-extern CURL *notif_http_get_handle(void);
+extern CURL *notif_http_get_handle(const char **refused, CURLcode *rc);
 extern void notif_http_put_handle(CURL *easy, bool discard);
 
 /* trust.c */
@@ -37,7 +45,7 @@ extern CURLcode notif_http_trust(CURL *easy, const char *ca_cert);
 
 /* sockets.c */
 extern void notif_http_sockets_init(int epfd);
-extern void notif_http_socket_callbacks(CURL *easy);
+extern CURLcode notif_http_socket_callbacks(CURL *easy);
 extern int	notif_http_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp,
 								 void *socketp);
 extern bool notif_http_socket_stray(curl_socket_t fd);

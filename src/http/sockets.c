@@ -209,12 +209,15 @@ notif_http_socket_drop(curl_socket_t fd)
 		st->watched = false;
 }
 
-/* For every easy handle, once (http.c's handle_defaults). */
-void
+/* For every easy handle, once (handles.c's handle_defaults): libcurl's answer */
+CURLcode
 notif_http_socket_callbacks(CURL *easy)
 {
-	curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, sock_open);
-	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, sock_close);
+	CURLcode	rc = curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, sock_open);
+
+	if (rc == CURLE_OK)
+		rc = curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, sock_close);
+	return rc;
 }
 
 /* CURLMOPT_SOCKETFUNCTION: libcurl tells which sockets to watch */

@@ -118,6 +118,12 @@ typedef struct NotifJobRef
 	bool		next_route;		/* a backup provider follows its call's */
 } NotifJobRef;
 
+/*
+ * The longest wait a provider's Retry-After imposes, on a job's next try
+ * and on the provider's calls (sender/throttle.c): one hour.
+ */
+#define NOTIF_RETRY_AFTER_MAX_MS (3600 * 1000)
+
 /* one provider call, from claim to recorded result */
 typedef struct NotifCall NotifCall;
 struct NotifCall
@@ -167,7 +173,7 @@ struct NotifCall
 	TimestampTz ended_at;
 	NotifOutcome outcome;
 	long		http_status;
-	int64		retry_after_ms;
+	int64		retry_after_ms; /* 0 to NOTIF_RETRY_AFTER_MAX_MS */
 	char	   *error;
 	char		response[256];	/* start of a non-2xx response body */
 	size_t		response_len;

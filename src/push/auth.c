@@ -134,7 +134,7 @@ auth_of(const NotifProviderConf *p)
 	ProviderAuth *free_slot = NULL;
 	ProviderAuth *pa = NULL;
 	MemoryContext old;
-	char	   *error;
+	NotifCredentialsError error;
 	int			i;
 
 	if (auth_cxt == NULL)
@@ -256,6 +256,29 @@ fetch_failed(ProviderAuth *pa, const char *why)
 	}
 }
 
+/*
+ * Whether a token endpoint's access_token may go into an Authorization
+ * header: RFC 6750's b64token, 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" /
+ * "+" / "/" ) *"=".  Anything else (a CR or LF from a JSON escape, which
+ * would add a header line; a blank; a byte outside ASCII) is refused.
+ */
+static bool
+is_bearer_token(const char *s, int len)
+{
+	int			i = 0;
+
+	while (i < len &&
+		   ((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') ||
+			(s[i] >= '0' && s[i] <= '9') || s[i] == '-' || s[i] == '.' ||
+			s[i] == '_' || s[i] == '~' || s[i] == '+' || s[i] == '/'))
+		i++;
+	if (i == 0)
+		return false;
+	while (i < len && s[i] == '=')
+		i++;
+	return i == len;
+}
+
 /* The token endpoint answered (or the fetch failed). */
 static void
 fetch_done(NotifCall *call)
@@ -292,7 +315,10 @@ fetch_done(NotifCall *call)
 	}
 
 	has_token = token && token->type == jbvString && token->val.string.len > 0;
-	if (has_token && !notif_json_number_in(expires, 1, TOKEN_LIFE_MAX_S, &life_s))
+	if (has_token && !is_bearer_token(token->val.string.val, token->val.string.len))
+		fetch_failed(pa, "the token endpoint's access_token is not a bearer token "
+					 "(RFC 6750: letters, digits, -._~+/ and = at its end)");
+	else if (has_token && !notif_json_number_in(expires, 1, TOKEN_LIFE_MAX_S, &life_s))
 		fetch_failed(pa, "the token endpoint's expires_in is not a number of seconds from 1 to "
 					 CppAsString2(TOKEN_LIFE_MAX_S));
 	else if (has_token)

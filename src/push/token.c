@@ -117,82 +117,119 @@ free_secret(char *s)
 	}
 }
 
-/* the private key of a PEM text, or NULL (the text is never shown) */
-static EVP_PKEY *
-parse_key(const char *pem)
+/*
+ * OpenSSL asks this for the passphrase of an encrypted key: there is none.
+ * Decrypting would run the key derivation that the key itself names
+ * (PBKDF2 with any iteration count: minutes of CPU inside OpenSSL, where
+ * neither statement_timeout nor a cancel can interrupt it); without a
+ * passphrase OpenSSL gives up before it.  This holds whatever the PEM
+ * label says: OpenSSL 3 also decrypts a PKCS#8 EncryptedPrivateKeyInfo
+ * under "BEGIN PRIVATE KEY".
+ */
+static int
+no_passphrase(char *buf, int size, int rwflag, void *u)
 {
-	BIO		   *bio = BIO_new_mem_buf(pem, -1);
+	return -1;
+}
+
+/*
+ * The private key of a PEM text, or NULL with *error set (the text is
+ * never shown).  Refused before OpenSSL sees it: a text over
+ * NOTIF_PEM_KEY_MAXLEN, and an encrypted key ("BEGIN ENCRYPTED PRIVATE
+ * KEY", or a "Proc-Type: 4,ENCRYPTED" header): that one would be refused
+ * without a passphrase anyway, this says why.
+ */
+static EVP_PKEY *
+parse_key(const char *pem, NotifCredentialsError *error)
+{
+	size_t		len = strlen(pem);
+	BIO		   *bio;
 	EVP_PKEY   *pkey = NULL;
 
+	if (len > NOTIF_PEM_KEY_MAXLEN)
+	{
+		error->message = psprintf("the \"private_key\" of the credentials is too long (%zu bytes)", len);
+		error->detail = psprintf("A PEM private key is read up to %d bytes; an 8192-bit RSA key takes about 6.4 kB.",
+								 NOTIF_PEM_KEY_MAXLEN);
+		return NULL;
+	}
+	if (strstr(pem, "ENCRYPTED") != NULL || strstr(pem, "Proc-Type:") != NULL)
+	{
+		error->message = pstrdup("the \"private_key\" of the credentials is an encrypted PEM key");
+		error->detail = "An encrypted key is never decrypted: no passphrase is given for it.";
+		error->hint = "Give the key unencrypted, as Google and Apple issue it (openssl pkey -in KEY -out PLAIN writes one).";
+		return NULL;
+	}
+	bio = BIO_new_mem_buf(pem, (int) len);
 	if (bio)
 	{
-		pkey = PEM_read_bio_PrivateKey(bio, NULL, NULL, (void *) "");
+		pkey = PEM_read_bio_PrivateKey(bio, NULL, no_passphrase, NULL);
 		BIO_free(bio);
 	}
 	ERR_clear_error();
+	if (pkey == NULL)
+		error->message = pstrdup("the \"private_key\" of the credentials is not a PEM private key");
 	return pkey;
 }
 
 /*
  * Parse and check credentials for an auth method.  Returns false with
- * *error (a message without any secret) when they are malformed.
+ * *error (no secret in it) when they are malformed.
  */
 bool
-notif_credentials_parse(NotifAuth auth, Jsonb *jb, NotifCredentials *out, char **error)
+notif_credentials_parse(NotifAuth auth, Jsonb *jb, NotifCredentials *out,
+						NotifCredentialsError *error)
 {
 	char	   *pem = NULL;
 
 	memset(out, 0, sizeof(*out));
+	memset(error, 0, sizeof(*error));
 	out->auth = auth;
-	*error = NULL;
 	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
 	{
-		*error = pstrdup("the credentials must be a JSON object");
+		error->message = pstrdup("the credentials must be a JSON object");
 		return false;
 	}
 	switch (auth)
 	{
 		case AUTH_GOOGLE_SERVICE_ACCOUNT:
-			out->client_email = member(jb, "client_email", true, error);
-			out->token_uri = member(jb, "token_uri", true, error);
-			out->project_id = member(jb, "project_id", true, error);
-			out->private_key_id = member(jb, "private_key_id", false, error);
-			pem = member(jb, "private_key", true, error);
-			if (*error == NULL &&
+			out->client_email = member(jb, "client_email", true, &error->message);
+			out->token_uri = member(jb, "token_uri", true, &error->message);
+			out->project_id = member(jb, "project_id", true, &error->message);
+			out->private_key_id = member(jb, "private_key_id", false, &error->message);
+			pem = member(jb, "private_key", true, &error->message);
+			if (error->message == NULL &&
 				pg_strncasecmp(out->token_uri, "https://", 8) != 0 &&
 				pg_strncasecmp(out->token_uri, "http://", 7) != 0)
-				*error = pstrdup("the \"token_uri\" of the credentials must be an http(s) URL");
+				error->message = pstrdup("the \"token_uri\" of the credentials must be an http(s) URL");
 			break;
 		case AUTH_APNS_TOKEN:
-			out->key_id = member(jb, "key_id", true, error);
-			out->team_id = member(jb, "team_id", true, error);
-			pem = member(jb, "private_key", true, error);
+			out->key_id = member(jb, "key_id", true, &error->message);
+			out->team_id = member(jb, "team_id", true, &error->message);
+			pem = member(jb, "private_key", true, &error->message);
 			break;
 		case AUTH_NONE:
-			*error = pstrdup("credentials need an auth method");
+			error->message = pstrdup("credentials need an auth method");
 			break;
 	}
-	if (*error == NULL)
+	if (error->message == NULL)
+		out->pkey = parse_key(pem, error);	/* NULL: it says why */
+	if (out->pkey != NULL)
 	{
-		out->pkey = parse_key(pem);
-		if (out->pkey == NULL)
-			*error = pstrdup("the \"private_key\" of the credentials is not a PEM private key");
-		else if (auth == AUTH_GOOGLE_SERVICE_ACCOUNT &&
-				 EVP_PKEY_get_base_id(out->pkey) != EVP_PKEY_RSA)
-			*error = pstrdup("the \"private_key\" of a service account must be an RSA key");
-		else if (auth == AUTH_APNS_TOKEN)
-		{
-			char		group[64];
-			size_t		len = 0;
+		char		group[64];
+		size_t		len = 0;
 
-			if (EVP_PKEY_get_base_id(out->pkey) != EVP_PKEY_EC ||
-				!EVP_PKEY_get_group_name(out->pkey, group, sizeof(group), &len) ||
-				strcmp(group, "prime256v1") != 0)
-				*error = pstrdup("the \"private_key\" of an APNs key must be an EC P-256 key (a .p8 file)");
-		}
+		if (auth == AUTH_GOOGLE_SERVICE_ACCOUNT &&
+			EVP_PKEY_get_base_id(out->pkey) != EVP_PKEY_RSA)
+			error->message = pstrdup("the \"private_key\" of a service account must be an RSA key");
+		else if (auth == AUTH_APNS_TOKEN &&
+				 (EVP_PKEY_get_base_id(out->pkey) != EVP_PKEY_EC ||
+				  !EVP_PKEY_get_group_name(out->pkey, group, sizeof(group), &len) ||
+				  strcmp(group, "prime256v1") != 0))
+			error->message = pstrdup("the \"private_key\" of an APNs key must be an EC P-256 key (a .p8 file)");
 	}
 	free_secret(pem);
-	if (*error)
+	if (error->message)
 	{
 		notif_credentials_free(out);
 		return false;
@@ -343,7 +380,7 @@ notif_credentials_check(PG_FUNCTION_ARGS)
 {
 	NotifCredentials c;
 	char	   *auth;
-	char	   *error;
+	NotifCredentialsError error;
 
 	if (PG_ARGISNULL(0) && PG_ARGISNULL(1))
 		PG_RETURN_BOOL(true);
@@ -364,8 +401,10 @@ notif_credentials_check(PG_FUNCTION_ARGS)
 	if (!notif_credentials_parse(notif_auth_from_string(auth), PG_GETARG_JSONB_P(1), &c, &error))
 		ereport(ERROR,
 				(errcode(ERRCODE_CHECK_VIOLATION),
-				 errmsg("invalid credentials for auth \"%s\": %s", auth, error),
-				 auth[0] == 'g'
+				 errmsg("invalid credentials for auth \"%s\": %s", auth, error.message),
+				 error.detail ? errdetail("%s", error.detail) : 0,
+				 error.hint ? errhint("%s", error.hint)
+				 : auth[0] == 'g'
 				 ? errhint("Load the service-account JSON file as Google issues it.")
 				 : errhint("Give {\"key_id\": ..., \"team_id\": ..., \"private_key\": <the .p8 file's text>}.")));
 	notif_credentials_free(&c);
@@ -382,13 +421,13 @@ notif_jwt_sign(PG_FUNCTION_ARGS)
 {
 	NotifAuth	auth = notif_auth_from_string(text_to_cstring(PG_GETARG_TEXT_PP(0)));
 	NotifCredentials c;
-	char	   *error;
+	NotifCredentialsError error;
 	char	   *token;
 
 	if (!notif_credentials_parse(auth, PG_GETARG_JSONB_P(1), &c, &error))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid credentials: %s", error)));
+				 errmsg("invalid credentials: %s", error.message)));
 	token = auth == AUTH_GOOGLE_SERVICE_ACCOUNT
 		? notif_jwt_google(&c, PG_GETARG_INT64(2))
 		: notif_jwt_apns(&c, PG_GETARG_INT64(2));

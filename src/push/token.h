@@ -35,12 +35,27 @@ typedef struct NotifCredentials
 	struct evp_pkey_st *pkey;
 } NotifCredentials;
 
+/*
+ * Why credentials were refused: what is wrong, naming the member; why it
+ * is refused and what to do, when the auth method's own hint is not
+ * enough.  None of it shows a secret.
+ */
+typedef struct NotifCredentialsError
+{
+	char	   *message;
+	const char *detail;			/* or NULL */
+	const char *hint;			/* or NULL */
+} NotifCredentialsError;
+
+/* the longest PEM private key read (an 8192-bit RSA key's is about 6.4 kB) */
+#define NOTIF_PEM_KEY_MAXLEN (16 * 1024)
+
 #define NOTIF_FCM_SCOPE "https://www.googleapis.com/auth/firebase.messaging"
 #define NOTIF_JWT_BEARER_GRANT "urn:ietf:params:oauth:grant-type:jwt-bearer"
 
 extern NotifAuth notif_auth_from_string(const char *s);
 extern bool notif_credentials_parse(NotifAuth auth, Jsonb *credentials,
-									NotifCredentials *out, char **error);
+									NotifCredentials *out, NotifCredentialsError *error);
 extern void notif_credentials_free(NotifCredentials *c);
 extern char *notif_jwt_google(const NotifCredentials *c, int64 iat);
 extern char *notif_jwt_apns(const NotifCredentials *c, int64 iat);

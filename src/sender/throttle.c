@@ -34,7 +34,7 @@
 #include "sender/throttle.h"
 
 /* the longest pause a Retry-After may impose on a provider */
-#define MAX_PAUSE_MS (3600 * 1000)
+#define MAX_PAUSE_MS NOTIF_RETRY_AFTER_MAX_MS
 
 /* a provider this process is attached to; a handle is its index */
 typedef struct Attachment

@@ -29,11 +29,17 @@
 # access tokens: the next FCM call is a 401), POST /release-tokens (see
 # --token-hold), POST /expires-in/VALUE (the token endpoint's expires_in
 # is the JSON text VALUE from then on, e.g. 1e30 or -5; POST /expires-in/
-# goes back to --token-life), POST /delay-ms/N (--delay-ms from then on;
-# answers already held keep theirs).  Answers can be held --delay-ms, so that many calls are
-# in flight at once; with --token-hold 1, the token endpoint's are held
-# until POST /release-tokens (token_answers counts those written).  It
-# logs no header, token or body.
+# goes back to --token-life), POST /token-suffix/TEXT (TEXT, percent-decoded,
+# is appended to each access token in the token endpoint's answers from
+# then on: the token issued, which FCM accepts, is the one without it;
+# POST /token-suffix/ ends it), POST /retry-after/TEXT (APNs' 429 says
+# Retry-After: TEXT, percent-decoded, from then on), POST /delay-ms/N
+# (--delay-ms from then on; answers already held keep theirs).  The
+# counter "injected" counts requests that carried an X-Injected header.
+# Answers can be held --delay-ms, so that many calls are in flight at
+# once; with --token-hold 1, the token endpoint's are held until POST
+# /release-tokens (token_answers counts those written).  It logs no
+# header, token or body.
 use strict;
 use warnings;
 use Getopt::Long;
@@ -50,7 +56,7 @@ my %o = (port => 0, 'token-life' => 3, 'apns-max-age' => 3600, 'delay-ms' => 0,
 	'retry-after' => 2, email => 'notif@demo.iam.gserviceaccount.com', kid => 'KEYID12345',
 	team => 'TEAMID1234', 'token-uri' => '');
 GetOptions(\%o, 'port=i', 'google-key=s', 'apns-key=s', 'token-life=i', 'apns-max-age=i',
-	'delay-ms=i', 'token-hold=i', 'retry-after=i', 'email=s', 'kid=s', 'team=s', 'token-uri=s')
+	'delay-ms=i', 'token-hold=i', 'retry-after=s', 'email=s', 'kid=s', 'team=s', 'token-uri=s')
   or die "usage: push_sim.pl --port N --google-key PUB --apns-key PUB [...]\n";
 my $rsa = $o{'google-key'} ? Crypt::PK::RSA->new($o{'google-key'}) : undef;
 my $ecc = $o{'apns-key'} ? Crypt::PK::ECC->new($o{'apns-key'}) : undef;
@@ -59,7 +65,7 @@ my $json = JSON::PP->new->canonical;
 my %stat = map { $_ => 0 } qw(requests http2 http1 token_requests tokens_issued token_answers hooks
   assertions_bad fcm_calls fcm_accepted fcm_unauthenticated apns_calls apns_accepted
   apns_jwt_verified apns_jwt_bad apns_expired_answers apns_expired_tokens
-  inflight max_inflight);
+  inflight max_inflight injected);
 my %issued;        # access token => expiry (epoch s)
 my %jwt_seen;      # APNs provider token => 1 (verified) or 0 (bad)
 my %expired_jwt;   # provider tokens answered ExpiredProviderToken
@@ -76,6 +82,7 @@ my $sel = IO::Select->new($listen);
 my %conn;          # fileno => { sock, in, out }
 my @held;          # [due, fileno, response, socket]
 my $expires_in = '';   # POST /expires-in/VALUE: the token answer's expires_in, as JSON text
+my $token_suffix = ''; # POST /token-suffix/TEXT: appended to the access tokens answered
 my @held_tokens;   # --token-hold: [fileno, response, socket]
 
 sub respond
@@ -123,9 +130,10 @@ sub token_endpoint
 	my $token = 'ya29.' . encode_base64url(join '', map { chr(int(rand(256))) } 1 .. 24);
 	$issued{$token} = $now + $o{'token-life'};
 	$stat{tokens_issued}++;
-	return respond(200, $json->encode({ access_token => $token, expires_in => $o{'token-life'},
-		token_type => 'Bearer' })) if $expires_in eq '';
-	return respond(200, qq({"access_token":"$token","expires_in":$expires_in,"token_type":"Bearer"}));
+	my $answered = JSON::PP->new->allow_nonref->encode($token . $token_suffix);
+	return respond(200, qq({"access_token":$answered,"expires_in":$o{'token-life'},"token_type":"Bearer"}))
+	  if $expires_in eq '';
+	return respond(200, qq({"access_token":$answered,"expires_in":$expires_in,"token_type":"Bearer"}));
 }
 
 sub fcm_error
@@ -198,6 +206,8 @@ sub apns_endpoint
 	return respond(200, '', 'apns-id' => sprintf('00000000-0000-0000-0000-%012d', ++$msg_id));
 }
 
+sub unescape { my ($v) = @_; $v =~ s/%([0-9A-Fa-f]{2})/chr(hex($1))/ge; return $v; }
+
 # one request: (response, held?)
 sub handle
 {
@@ -213,6 +223,8 @@ sub handle
 	if ($method eq 'GET' && $target eq '/health') { return (respond(200, 'ok'), 0); }
 	if ($method eq 'POST' && $target eq '/revoke') { %issued = (); return (respond(200, ''), 0); }
 	if ($method eq 'POST' && $target =~ m{^/expires-in/(.*)$}) { $expires_in = $1; return (respond(200, ''), 0); }
+	if ($method eq 'POST' && $target =~ m{^/token-suffix/(.*)$}) { $token_suffix = unescape($1); return (respond(200, ''), 0); }
+	if ($method eq 'POST' && $target =~ m{^/retry-after/(.*)$}) { $o{'retry-after'} = unescape($1); return (respond(200, ''), 0); }
 	if ($method eq 'POST' && $target =~ m{^/delay-ms/(\d+)$}) { $o{'delay-ms'} = $1; return (respond(200, ''), 0); }
 	if ($method eq 'POST' && $target eq '/release-tokens')
 	{
@@ -229,6 +241,7 @@ sub handle
 	}
 
 	$stat{requests}++;
+	$stat{injected}++ if exists $hdr->{'x-injected'};
 	$stat{ ($hdr->{via} // '') =~ /^2 / ? 'http2' : 'http1' }++;
 	return (token_endpoint($body), 1) if $method eq 'POST' && $target eq '/token';
 	return (fcm_endpoint($hdr, $body, $1), 1) if $method eq 'POST' && $target =~ m{^/v1/projects/([^/]+)/messages:send$};

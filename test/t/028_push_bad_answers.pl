@@ -2,11 +2,15 @@
 # platform documents never stop a sender, and what they say is stored as
 # text.  On the loopback push rig (test/PushTest.pm): a token endpoint
 # whose expires_in is out of any range (1e30, -5) is a failed fetch, logged
-# once, retried with backoff, and the jobs wait for a good answer; an APNs
+# once, retried with backoff, and the jobs wait for a good answer; so is
+# one whose access_token is not a bearer token (a CR LF in it would add a
+# header line to every call), and no call carries it; an APNs
 # 410 whose timestamp is 1e30 is Unregistered at the time it came; an APNs
 # 502 whose body is not text and an FCM reason cut inside a UTF-8
 # character go into last_error as printable ASCII; an APNs 400 in a 4 MB
-# answer is read up to 16 kB, and rejected on its status.  Throughout, the
+# answer is read up to 16 kB, and rejected on its status; a Retry-After
+# past all bounds (a number past any integer, the largest 64-bit one, a
+# date in the year 9999) holds the job an hour, no more.  Throughout, the
 # sender is the same process: nothing made it exit.
 use strict;
 use warnings;
@@ -38,9 +42,12 @@ my $p8 = apns_key_json($keys);
 sql("INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert, timeout)
      VALUES ('fcm', '$base/v1/projects/demo-project/messages:send', 'fcm', 'google_service_account',
              " . q_lit($sa) . ", $ca, '5 s'),
+            ('fcm2', '$base/v1/projects/demo-project/messages:send', 'fcm', 'google_service_account',
+             " . q_lit($sa) . ", $ca, '5 s'),
             ('apns', '$base', 'apns', 'apns_token', " . q_lit($p8) . ", $ca, '5 s')");
 sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max) VALUES
       ('fcm_push', 'at_least_once', 2, 'fcm', '100 ms', '200 ms'),
+      ('fcm2_push', 'at_least_once', 2, 'fcm2', '100 ms', '200 ms'),
       ('apns_push', 'at_least_once', 2, 'apns', '100 ms', '200 ms')});
 ok(wait_until($node, "SELECT count(*) = 1 FROM notif_workers() WHERE role = 'sender'"), 'a sender runs');
 my $sender = sql("SELECT pid FROM notif_workers() WHERE role = 'sender'");
@@ -72,6 +79,29 @@ ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $waiting"
 	'expires_in back to 3600: the waiting job was sent');
 like(substr(slurp_file($node->logfile), $log_at), qr/provider "fcm" has an access token again/,
 	'expires_in back to 3600: the recovery logged');
+
+# --- an access_token with a CR LF: refused, never in a header -------------
+# (src/push/auth.c, is_bearer_token: RFC 6750's b64token only)
+push_control($rig, '/token-suffix/%0D%0AX-Injected:%201');
+$log_at = -s $node->logfile;
+my $before = push_stats($rig);
+my $crlf = sql(q{SELECT notif_enqueue(6, 'fcm2_push', 'crlf', '{"token": "tok-crlf", "notification": {"title": "x"}}')});
+ok(wait_push_stat($rig, 'token_requests', $before->{token_requests} + 1),
+	'access_token with CR LF: refused, and fetched again (backoff)');
+is(job_row($node, $crlf), 'queued - 0 -', 'access_token with CR LF: the job waits, queued, never called');
+my $after = push_stats($rig);
+is($after->{fcm_calls} - $before->{fcm_calls}, 0, 'access_token with CR LF: no FCM call was made with it');
+is($after->{injected}, 0, 'access_token with CR LF: no request carried its header line');
+$log = substr(slurp_file($node->logfile), $log_at);
+@lines = $log =~ /(could not get an access token for provider "fcm2": [^\n]*)/g;
+is_deeply(\@lines,
+	[ q{could not get an access token for provider "fcm2": the token endpoint's access_token is not a bearer token (RFC 6750: letters, digits, -._~+/ and = at its end)} ],
+	'access_token with CR LF: one LOG line for every refused token, naming the rule');
+is(scalar(grep { index($log, $_) >= 0 } 'X-Injected', @{ push_secrets($rig) }), 0,
+	'access_token with CR LF: the token is not in the log');
+push_control($rig, '/token-suffix/');
+ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $crlf"),
+	'a bearer token again: the waiting job was sent');
 
 # --- an FCM reason cut at 120 bytes inside a UTF-8 character ---------------
 my $jlong = sql(q{SELECT notif_enqueue(2, 'fcm_push', 'l', '{"token": "long-1", "notification": {"title": "x"}}')});
@@ -109,6 +139,21 @@ like(sql("SELECT last_error FROM notif_job WHERE id = $jfat"), qr/^HTTP 400: \{"
 	'apns 4 MB answer: last_error is its start');
 my $grew = peak_kb() - $peak_before;
 cmp_ok($grew, '<', 2 * 1024, "apns 4 MB answer: the sender's peak memory grew by less than 2 MB ($grew kB)");
+# --- APNs: a 429 whose Retry-After is past all bounds -----------------------
+# (NOTIF_RETRY_AFTER_MAX_MS, src/lifecycle/delivery.h: an hour; a c0de*
+# device is answered 429 once, then accepted: a job retried sooner is sent)
+my $n = 0;
+for my $ra ('99999999999999999999999', '9223372036854775807', 'Fri, 31 Dec 9999 23:59:59 GMT')
+{
+	(my $escaped = $ra) =~ s/([^A-Za-z0-9])/sprintf('%%%02X', ord $1)/ge;
+	push_control($rig, "/retry-after/$escaped");
+	$n++;
+	my $j = sql(qq{SELECT notif_enqueue(7, 'apns_push', 'ra$n', '{"device_token": "c0de000$n", "headers": {"apns-topic": "t"}, "aps": {}}')});
+	ok(wait_until($node, "SELECT tries >= 1 FROM notif_job WHERE id = $j"), "Retry-After: $ra: the 429 came");
+	is(sql("SELECT status || ' ' || tries || ' ' || http_status || ' ' || (next_at > now() + interval '59 minutes' AND next_at <= now() + interval '1 hour')
+	          FROM notif_job WHERE id = $j"),
+		'queued 1 429 true', "Retry-After: $ra: the job waits an hour, no more");
+}
 same_sender('after every bad answer');
 
 done_testing();

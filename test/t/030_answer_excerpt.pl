@@ -3,7 +3,9 @@
 # number in it) when it refuses or fails a call: notif_job.last_error and
 # notif_calls keep the HTTP status and a short printable excerpt with the
 # credential and the number masked (src/core/excerpt.c, notif_excerpt()), never
-# the answer as written; nothing of either reaches the server log.
+# the answer as written; nothing of either reaches the server log.  libcurl's
+# own error text is kept the same way (src/http/http.c, finish_call): it
+# names the url's host, which may look like a key.
 use strict;
 use warnings;
 use lib 'test';
@@ -57,5 +59,23 @@ cmp_ok(length($node->safe_psql('postgres', "SELECT last_error FROM notif_job WHE
 # (the test's own statements, logged by log_statement = all, aside)
 my @log = grep { !/LOG:  statement: / } split /\n/, substr(slurp_file($node->logfile), $log_at);
 unlike(join("\n", @log), qr/\Q$secret\E|84901234567/, 'nothing of either in the server log');
+
+# --- libcurl's words: excerpted as an answer is -----------------------------
+# nothing listens on port 1; *.localhost is loopback to libcurl (no DNS)
+my $keyhost = 'sk-live-4ec39hqlyjwdarjtt1zdp7dc.localhost';
+my $longhost = join('.', ('x' x 60) x 3) . '.localhost';
+set_provider($node, 'keyhost', "http://$keyhost:1/send");
+set_provider($node, 'longhost', "http://$longhost:1/send");
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider)
+	VALUES ('to_keyhost', 'at_least_once', 1, 'keyhost'), ('to_longhost', 'at_least_once', 1, 'longhost')});
+my $jkey = $node->safe_psql('postgres', q{SELECT notif_enqueue(2, 'to_keyhost', 'k', '{"text": "x"}')});
+my $jlong = $node->safe_psql('postgres', q{SELECT notif_enqueue(2, 'to_longhost', 'l', '{"text": "x"}')});
+ok(wait_until($node, "SELECT count(*) = 2 FROM notif_job WHERE id IN ($jkey, $jlong) AND status = 'failed'"),
+	'libcurl error: both calls failed to connect');
+like($node->safe_psql('postgres', "SELECT last_error FROM notif_job WHERE id = $jkey"),
+	qr/^Failed to connect to \*\*\*( port |:)1 /, 'libcurl error: a host name that looks like a key is masked');
+my $long_error = $node->safe_psql('postgres', "SELECT last_error FROM notif_job WHERE id = $jlong");
+cmp_ok(length($long_error), '<=', 120 + 3, "libcurl error: at most 120 characters of it ($long_error)");
 
 done_testing();
