@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * guc.c
- *      The configuration parameters (GUCs) of notif_deliver.
+ *      The configuration parameters (GUCs) of notif_deliver, and the
+ *      settings its workers set for themselves (notif_worker_settings).
  *
  * Every parameter is documented in doc/reference.md.  All but
  * notif_deliver.database and notif_deliver.max_lanes reload on SIGHUP.
@@ -177,4 +178,23 @@ notif_define_gucs(void)
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("notif_deliver");
+}
+
+/*
+ * What the workers' transactions depend on, set over whatever the database
+ * or its owner says (ALTER DATABASE ... SET, ALTER ROLE ... SET): a read-only
+ * default, a statement or idle timeout, another isolation level or a
+ * search_path would stop or misdirect delivery.  lock_timeout is theirs
+ * (NOTIF_LOCK_TIMEOUT).
+ */
+void
+notif_worker_settings(void)
+{
+	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_OVERRIDE);
+	/* a claim skips rows that others claimed meanwhile, never fails on them */
+	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("idle_in_transaction_session_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("lock_timeout", NOTIF_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
 }

@@ -61,6 +61,7 @@ extern int	notif_purge_interval_ms;
 extern int	notif_purge_batch_size;
 
 extern void notif_define_gucs(void);
+extern void notif_worker_settings(void);
 extern int	notif_sender_share(int lane_limit, int senders);
 
 /*

@@ -479,9 +479,7 @@ notif_launcher_main(Datum arg)
 
 	notif_shmem_attach();
 	notif_launcher_connect();
-	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("lock_timeout", NOTIF_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
+	notif_worker_settings();
 	pgstat_report_appname("notif_deliver launcher");
 
 	LWLockAcquire(notif_shared->lanes_lock, LW_EXCLUSIVE);

@@ -210,10 +210,7 @@ notif_sender_main(Datum arg)
 	take_lane_slot(DatumGetInt32(arg));
 
 	BackgroundWorkerInitializeConnection(notif_database, NULL, 0);
-	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_OVERRIDE);
-	/* a claim skips rows that others claimed meanwhile, never fails on them */
-	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("lock_timeout", NOTIF_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
+	notif_worker_settings();
 	notif_sql_planner_settings();	/* its statements are planned once */
 	SetConfigOption("application_name", psprintf("notif_deliver sender %s", sender.lane),
 					PGC_USERSET, PGC_S_OVERRIDE);

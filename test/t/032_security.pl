@@ -99,4 +99,16 @@ my $log = slurp_file($node->logfile, $offset);
 like($log, qr/literal-secret-1/, 'a refused statement with a literal secret: its text, secret included, is in the log');
 unlike($log, qr/file-secret-2/, 'the same statement reading its headers from a file: the secret is not');
 
+# --- the database's settings cannot stop the workers (its owner may set them) ---
+$node->safe_psql('postgres', q{
+	ALTER DATABASE postgres SET default_transaction_read_only = on;
+	ALTER DATABASE postgres SET idle_in_transaction_session_timeout = '1ms';
+	ALTER DATABASE postgres SET default_transaction_isolation = 'serializable'});
+$node->restart;
+my $ro = $node->safe_psql('postgres',
+	q{SET default_transaction_read_only = off; SELECT notif_enqueue(5, 'otp', 'o5', '{"to": "+84900000005"}')});
+ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $ro"),
+	'with the database read-only by default, its workers still send (they set what they depend on)');
+$node->safe_psql('postgres', q{SET default_transaction_read_only = off; ALTER DATABASE postgres RESET ALL});
+
 done_testing();
