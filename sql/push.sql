@@ -107,6 +107,14 @@ SELECT try($$SELECT notif_enqueue(1, 'apns_msg', 'd', '{"device_token": "ab12", 
 SELECT try($$SELECT notif_enqueue(1, 'apns_msg', 'e', '{"device_token": "ab12", "headers": {"apns-topic": "x\r\ny: 1"}}')$$);
 SELECT try($$SELECT notif_enqueue(1, 'apns_msg', 'f', '{"device_token": "ab12", "headers": {"apns-priority": 10}}')$$);
 SELECT try($$SELECT notif_enqueue(1, 'apns_msg', 'g', '{"device_token": "ab12", "headers": {"Authorization": "bearer x"}}')$$);
+-- (1.4) APNs' own request headers only, never empty: nothing that moves or
+-- reshapes the call (Host is libcurl's :authority)
+SELECT try($$SELECT notif_enqueue(1, 'apns_msg', 'g2', '{"device_token": "ab12", "headers": {"Host": "attacker.example"}}')$$);
+SELECT try($$SELECT notif_enqueue(1, 'apns_msg', 'g3', '{"device_token": "ab12", "headers": {"Content-Length": "0"}}')$$);
+SELECT try($$SELECT notif_enqueue(1, 'apns_msg', 'g4', '{"device_token": "ab12", "headers": {"apns-topic": ""}}')$$);
+BEGIN;
+SELECT try($$SELECT notif_enqueue(1, 'apns_msg', 'g5', '{"device_token": "ab12", "headers": {"APNS-Push-Type": "alert", "apns-collapse-id": "c", "apns-expiration": "0", "apns-id": "6D3BE6A6-0C6E-4C3A-9C5E-3B3D6A4E1C01"}, "aps": {}}')$$) AS apns_headers_ok;
+ROLLBACK;
 SELECT try(format($$SELECT notif_enqueue(1, 'apns_msg', 'h', %L)$$,
                   jsonb_build_object('device_token', 'ab12', 'aps', jsonb_build_object('alert', repeat('x', 4090)))));
 SELECT notif_enqueue(1, 'apns_msg', 'ok', jsonb_build_object(

@@ -11,7 +11,7 @@
  *          "notification", "android", "apns", "webpush", "fcm_options"
  *          objects; no other member
  *   apns   {"device_token": "<hex>", "headers": {name: "value"}, ...body}:
- *          header names HTTP tokens (not authorization, which the sender
+ *          header names among APNs' own (not authorization, which the sender
  *          sets), values single-line strings; the body (the payload without
  *          device_token and headers) at most 4096 bytes as sent
  *
@@ -149,6 +149,28 @@ notif_apns_body(Jsonb *payload)
 											  PointerGetDatum(keys)));
 }
 
+/*
+ * The request headers an APNs payload may set (Apple's "Sending
+ * notification requests to APNs"): anything else (Host, which libcurl sends
+ * as :authority, Content-Length, Connection, Cookie, ...) could move or
+ * reshape the call, and is refused.  authorization is the sender's.
+ */
+static const char *const apns_headers[] = {
+	"apns-push-type", "apns-id", "apns-expiration", "apns-priority", "apns-topic",
+	"apns-collapse-id"
+};
+
+static bool
+is_apns_header(const char *name, int len)
+{
+	int			i;
+
+	for (i = 0; i < (int) lengthof(apns_headers); i++)
+		if ((int) strlen(apns_headers[i]) == len && pg_strncasecmp(name, apns_headers[i], len) == 0)
+			return true;
+	return false;
+}
+
 static char *
 apns_error(Jsonb *payload)
 {
@@ -189,11 +211,14 @@ apns_error(Jsonb *payload)
 				if (pg_strncasecmp(v.val.string.val, "authorization", v.val.string.len) == 0 &&
 					v.val.string.len == 13)
 					return pstrdup("\"headers\": authorization is set by the sender");
+				if (!is_apns_header(v.val.string.val, v.val.string.len))
+					return psprintf("\"headers\": \"%.*s\" is not an APNs request header (apns-push-type, apns-id, apns-expiration, apns-priority, apns-topic, apns-collapse-id)",
+									Min(v.val.string.len, 64), v.val.string.val);
 			}
 			else if (tok == WJB_VALUE)
 			{
-				if (v.type != jbvString)
-					return psprintf("\"headers\": the value of \"%.*s\" must be a string",
+				if (v.type != jbvString || v.val.string.len == 0)
+					return psprintf("\"headers\": the value of \"%.*s\" must be a non-empty string",
 									Min(k.val.string.len, 64), k.val.string.val);
 				for (i = 0; i < v.val.string.len; i++)
 					if (v.val.string.val[i] == '\r' || v.val.string.val[i] == '\n' ||
