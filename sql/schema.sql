@@ -126,6 +126,10 @@ SELECT try($$INSERT INTO notif_job (user_id, kind, order_id, payload, next_at) V
 BEGIN;
 SELECT try($$INSERT INTO notif_job (user_id, kind, order_id, payload, next_at) VALUES (1, 'otp', 'ok: a:b ü', '{}', now())$$) AS allowed;
 ROLLBACK;
+-- (1.4) a delivery report's key is at most a job key's length: 285 bytes
+SELECT try($$SELECT notif_dlr(repeat('k', 286), true)$$);
+SELECT try($$SELECT notif_dlr('otp:1:' || repeat('k', 279), true)$$) AS report_of_285_bytes;
+DELETE FROM notif_dlr;
 SELECT count(*) AS jobs_written FROM notif_job;
 
 -- notif_key: the idempotency key

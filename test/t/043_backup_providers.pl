@@ -114,6 +114,17 @@ is(calls_of('alert', 'a1'), 'gw_c unknown, gw_b accepted', 'alo_next_route: the 
 is(calls_of('promo_c', 'c1'), 'gw_c unknown', 'amo_unknown: the at_most_once promotion did not');
 is(ledger_key($sim_b, 'promo_c:7:c1'), '0 0 0', 'gw_b never got it');
 
+# --- payload_map is an allow-list: a member it does not name never reaches
+# the provider (a query-format gateway's own parameters: Kannel's dlr-url) ---
+set_provider($node, 'gateway_q', $sim_b->{url}, format => q('query'), idempotency_header => q('Idempotency-Key'),
+	payload_map => q('{"to": "to", "text": "text"}'));
+sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES ('sms_q', 'at_most_once', 1, 'gateway_q');
+      SELECT notif_enqueue(9, 'sms_q', 'q1', '{"to": "+84901234567", "text": "hi", "dlr-url": "http://evil.example/"}')});
+ok(wait_until($node, q{SELECT status = 'sent' FROM notif_job WHERE kind = 'sms_q'}), 'a query-format job with a payload_map is sent');
+my $target = last_request($sim_b, 'sms_q:9:q1')->{target} // '';
+like($target, qr/[?&]text=hi(&|$)/, 'with the members the map names');
+unlike($target, qr/dlr-url|evil/, 'and not one it does not name (dlr-url)');
+
 # --- doc/providers.md's primary and backup gateways, as written ---
 sql('CREATE DATABASE docs');
 $node->safe_psql('docs', 'CREATE EXTENSION notif_deliver');
