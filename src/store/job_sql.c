@@ -533,8 +533,11 @@ notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, bool late_o
 		CStringGetTextDatum(late->note),
 		CStringGetTextDatum(notif_status_name((NotifStatus) late_dedup->to)),
 	CStringGetTextDatum(late_dedup->note), BoolGetDatum(late_only)};
-	char		nulls[14] = "          nnnn";
+	char		nulls[14];
 	int			i;
+
+	memset(nulls, ' ', 10);
+	memset(nulls + 10, 'n', 4);	/* no routes: NULL */
 
 	Assert(claimed->holds && !late->holds && late->tries == TRIES_KEPT);
 	Assert(!late_dedup->holds && late_dedup->tries == TRIES_KEPT);
