@@ -112,6 +112,15 @@ sender_recover_orphans(void)
 	if (k == 0)
 		return;
 	notif_sql_record(results, k, NULL);
+	{
+		int64	   *ended = palloc(sizeof(int64) * k);
+		int			e = 0;
+
+		for (i = 0; i < k; i++)
+			if (results[i].next.status != STATUS_QUEUED)
+				ended[e++] = results[i].job_id;
+		sender_fallbacks(ended, e);
+	}
 	ereport(LOG,
 			(errmsg("notif_deliver sender of lane \"%s\": recovered %d job(s) left in flight by a stopped sender",
 					sender.lane, k)));
@@ -204,3 +213,15 @@ sender_finished_results(NotifResult **out)
 	return n;
 }
 
+
+/*
+ * Channel fallback for these jobs, just ended (or accepted), in the round's
+ * transaction: the statement decides which fall back (job_sql.c); one due
+ * now wakes the senders once the round commits.
+ */
+void
+sender_fallbacks(const int64 *ids, int n)
+{
+	if (sender.any_fallback && n > 0 && notif_sql_fallback(ids, n) > 0)
+		sender.fallback_wake = true;
+}

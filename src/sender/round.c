@@ -108,6 +108,7 @@ sender_reload_config(void)
 	sender.config_cxt = cxt;
 	sender.types = fresh;
 	sender.n_types = n;
+	sender.any_fallback = n > 0 && fresh[0].any_fallback;
 	notif_http_config_read(fresh, n);
 	notif_push_auth_keep_only(fresh, n);
 	sender.config_generation = generation;
@@ -236,6 +237,23 @@ let_recorded_go(const bool *passed)
 	}
 }
 
+/* The jobs whose end (or accepted call) the round recorded, for their fallback. */
+static void
+fallbacks_of(const NotifResult *results, int n, const bool *passed)
+{
+	int64	   *ids;
+	int			k = 0,
+				i;
+
+	if (!sender.any_fallback || n == 0)
+		return;
+	ids = palloc(sizeof(int64) * n);
+	for (i = 0; i < n; i++)
+		if (!passed[i] && results[i].next.status != STATUS_QUEUED)
+			ids[k++] = results[i].job_id;
+	sender_fallbacks(ids, k);
+}
+
 /*
  * One round: record, recover, claim, in one transaction; then start the
  * claimed calls.  On error the transaction rolls back, the results stay to
@@ -275,6 +293,7 @@ sender_round(bool want_claim)
 		/* read after the commit: not in the SPI or transaction memory */
 		passed = MemoryContextAllocZero(sender.round_cxt, sizeof(bool) * Max(n_results, 1));
 		sender_record(results, n_results, passed);
+		fallbacks_of(results, n_results, passed);
 		notif_push_record_unregistered(&sender.finished);
 		if (want_claim && !ShutdownRequestPending)
 			sender_claim_jobs();
@@ -288,6 +307,11 @@ sender_round(bool want_claim)
 								   ShutdownRequestPending && dlist_is_empty(&sender.claimed));
 	pgstat_report_stat(false);
 	sender.activity_stale = true;
+	if (sender.fallback_wake)
+	{
+		sender.fallback_wake = false;
+		notif_wake_senders();	/* a fallback due now, maybe another lane's */
+	}
 
 	if (!installed)
 	{

@@ -107,6 +107,14 @@ typedef struct NotifSender
 	 */
 	int			probe_held;
 
+	/*
+	 * Channel fallback (notif_type.fallback_type): some type has one, so
+	 * the jobs a round ends are offered to it (sender_fallbacks); one due
+	 * at once wakes the senders after the round commits.
+	 */
+	bool		any_fallback;
+	bool		fallback_wake;
+
 	/* the lane's running senders, itself included, counted at each round */
 	int			lane_senders;
 	int			config_senders; /* lane_senders the configuration was shared for */
@@ -141,6 +149,9 @@ extern bool sender_has_work(void);
 extern int	sender_max_inflight(void);
 extern void sender_round(bool want_claim);
 extern void sender_round_failed(void);
+
+/* sender/results.c: channel fallback for jobs just ended */
+extern void sender_fallbacks(const int64 *ids, int n);
 
 /* sender/claim.c */
 extern void sender_claim_jobs(void);
