@@ -238,15 +238,19 @@ notif_breaker_record(const NotifCall *call, TimestampTz now)
 			opened = true;
 		}
 	}
-	else
-	{
+	else if (b->state == BREAKER_CLOSED)
 		b->failures = 0;
-		if (call->probe && b->state != BREAKER_CLOSED)
-		{
-			b->state = BREAKER_CLOSED;
-			b->since = now;
-			closed = true;
-		}
+	else if (call->probe)
+	{
+		/*
+		 * Only the probe's answer ends an outage (a call started before it
+		 * opened may still be answered): the failures shown stay those that
+		 * opened it until then.
+		 */
+		b->failures = 0;
+		b->state = BREAKER_CLOSED;
+		b->since = now;
+		closed = true;
 	}
 	failures = b->failures;
 	notif_throttle_unlock(call->throttle);

@@ -270,8 +270,9 @@ my @hooks = (
 	[ 'doc/guide.md', qr/^SELECT kind, status, outcome, payload->>'text' AS text FROM notif_job/, 'after', sub {
 			is(join(',', map { ledger_key($sim, $_) } qw(otp_push:812:login-9d10 otp:812:login-9d10)),
 				'1 1 1,1 1 1', 'the push and, 5 s later, its SMS reached the provider once each');
-			is(last_request($sim, 'otp:812:login-9d10')->{body}, '{"to": "+84901234567", "text": "Your code: 551234"}',
-				'the SMS carried the fallback member');
+			is(last_request($sim, 'otp:812:login-9d10')->{body},
+				'{"to": "+84901234567", "text": "Your code: 551234", "client_ref": "otp:812:login-9d10"}',
+				'the SMS carried the fallback member (and, as every OTP, its key as client_ref)');
 		} ],
 	# 2. Enqueue
 	[ 'doc/guide.md', qr/^BEGIN;\nINSERT INTO payment VALUES \(55001/, 'after', sub {
