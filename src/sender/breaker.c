@@ -143,11 +143,14 @@ notif_breaker_take_probe(const NotifProviderConf *provider, TimestampTz now)
 
 /*
  * The probe taken for a provider (by its throttle handle) made no call:
- * no job was due, its deadline passed, a status lookup found it, its
- * sender stopped.  Another may go at once.
+ * another may go at once.  Its job's deadline passed, a status lookup
+ * found it, its sender stopped: the senders are woken for it.  No job was
+ * due (none_due): none is woken (each would take the probe and give it
+ * back, and wake the others, in a loop); the next job enqueued wakes its
+ * lane's sender, whose claim takes the probe with it.
  */
 void
-notif_breaker_probe_unused(int throttle)
+notif_breaker_probe_unused(int throttle, bool none_due)
 {
 	NotifProviderSlot *p = notif_throttle_lock(throttle);
 	bool		released = false;
@@ -156,7 +159,7 @@ notif_breaker_probe_unused(int throttle)
 	{
 		p->breaker.state = BREAKER_OPEN;
 		p->breaker.probe_at = 0;	/* due now */
-		released = true;
+		released = !none_due;
 	}
 	notif_throttle_unlock(throttle);
 	if (released)

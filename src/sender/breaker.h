@@ -23,7 +23,7 @@ typedef enum NotifBreakerAdmit
 extern NotifBreakerAdmit notif_breaker_admit(const NotifProviderConf *provider, TimestampTz now,
 											 TimestampTz *until);
 extern bool notif_breaker_take_probe(const NotifProviderConf *provider, TimestampTz now);
-extern void notif_breaker_probe_unused(int throttle);
+extern void notif_breaker_probe_unused(int throttle, bool none_due);
 extern bool notif_breaker_may_call(const NotifCall *call, TimestampTz now, int64 *wait_ms);
 extern void notif_breaker_record(const NotifCall *call, TimestampTz now);
 

@@ -99,7 +99,7 @@ static void
 probe_unused(NotifCall *call)
 {
 	if (call->probe)
-		notif_breaker_probe_unused(call->throttle);
+		notif_breaker_probe_unused(call->throttle, false);
 	call->probe = false;
 }
 

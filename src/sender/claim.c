@@ -188,6 +188,7 @@ sender_claim_jobs(void)
 		NotifBreakerAdmit admit;
 		NotifClaimRoute claim_route;
 		int			probe_start[MAX_ROUTES] = {0};
+		int			probe_stay[MAX_ROUTES] = {0};
 		bool		probe = false;
 		int			k,
 					want,
@@ -262,7 +263,7 @@ sender_claim_jobs(void)
 		if (granted == 0)
 		{
 			if (probe)
-				notif_breaker_probe_unused(type->provider.throttle);
+				notif_breaker_probe_unused(type->provider.throttle, false);
 			sender.probe_held = -1;
 			continue;
 		}
@@ -275,8 +276,26 @@ sender_claim_jobs(void)
 		claim_route.route = k + 1;
 		if (probe)
 		{
-			probe_start[k] = k + 1;
-			claim_route.start = claim_route.stay = probe_start;
+			int			d,
+						j2;
+
+			/* the jobs that, from where they start, meet this route first */
+			for (d = 0; d < routes.n; d++)
+				for (j2 = 0; j2 < routes.n; j2++)
+				{
+					int			r = (d + j2) % routes.n;
+
+					if (r == k)
+						probe_start[d] = k + 1;
+					if (r == k || routes.admit[r] == BREAKER_CALLS)
+						break;
+				}
+			/* a retry for a window: to its own provider only, at_most_once */
+			for (d = 0; d < routes.n; d++)
+				probe_stay[d] = type->delivery == AT_MOST_ONCE ? (d == k ? k + 1 : 0)
+					: probe_start[d];
+			claim_route.start = probe_start;
+			claim_route.stay = probe_stay;
 		}
 
 		sender.grant_slot = type->provider.throttle;
@@ -305,7 +324,7 @@ sender_claim_jobs(void)
 		notif_throttle_release(sender.grant_slot, sender.grant_left, true);
 		sender.grant_left = 0;
 		if (probe)
-			notif_breaker_probe_unused(type->provider.throttle);	/* no job to probe with */
+			notif_breaker_probe_unused(type->provider.throttle, n == 0);	/* no job to probe with */
 		sender.probe_held = -1;
 
 		if (claimed[i] >= pool_room)

@@ -363,7 +363,7 @@ sender_round_failed(void)
 	notif_throttle_release(sender.grant_slot, sender.grant_left, true);
 	sender.grant_left = 0;
 	if (sender.probe_held >= 0)
-		notif_breaker_probe_unused(sender.probe_held);
+		notif_breaker_probe_unused(sender.probe_held, false);
 	sender.probe_held = -1;
 	sender.config_stale = true;
 	sender.activity_stale = true;

@@ -85,7 +85,10 @@ static const char *const sql_lane_types =
  * one that took a call it may retry there (a retry made for that
  * provider's deduplication window), $13[that]; else the next after it,
  * $12[next] ($12 and $13: which route takes a job starting at each, 0:
- * none, it waits; sender/round.c).  With $10, only the late jobs
+ * none, it waits; sender/claim.c).  Such a claim looks at the first $15
+ * due jobs of the type only: one for a route few jobs are meant for never
+ * walks a backlog meant for another (the rest wait their turn).  With $10,
+ * only the late jobs
  * are locked and written (their provider's breaker is open: the others
  * wait; their work rows, in the unlogged notif_active, are locked only).  A late job is not held and has no call; a
  * claimed one is held by the sender ($3).  sent_at is set when a status
@@ -112,11 +115,18 @@ static const char *const sql_lane_types =
  * could drive "work" from notif_job's primary key, read every job and
  * sort: 335 ms instead of 2 (doc/benchmarks.md).
  */
+/* a claim for one route looks at no more due jobs than this (or 4 x its limit) */
+#define CLAIM_ROUTED_WINDOW 1000
+
 static const char *const sql_claim =
 "WITH work AS MATERIALIZED ("
 "    SELECT a.job_id"
 "      FROM %s.notif_active a"
 "     WHERE a.kind = $1 AND a.claimed_by IS NULL AND a.next_at <= now()"
+"       AND a.next_at <= CASE WHEN $11::text[] IS NULL THEN now() ELSE"
+"           (SELECT max(w.next_at) FROM (SELECT w.next_at FROM %s.notif_active w"
+"              WHERE w.kind = $1 AND w.claimed_by IS NULL AND w.next_at <= now()"
+"              ORDER BY w.next_at LIMIT $15) w) END"
 "       AND (SELECT j.status = 'queued'"
 "                   AND ($11::text[] IS NULL OR $14 = CASE"
 "                        WHEN j.outcome IS NULL OR j.outcome NOT IN ('unreached', 'unknown')"
@@ -428,9 +438,9 @@ enum
 
 static PlanDef plans[N_PLANS] = {
 	[PLAN_LANE_TYPES] = {&sql_lane_types, NULL, 1, {TEXTOID}},
-	[PLAN_CLAIM] = {&sql_claim, NULL, 14,
+	[PLAN_CLAIM] = {&sql_claim, NULL, 15,
 		{TEXTOID, INT4OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
-		TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, INT4OID},
+		TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, INT4OID, INT4OID},
 	true},
 	[PLAN_RECORD] = {NULL, record_sql, N_RECORD_COLUMNS, {0}, true},	/* record_columns */
 	[PLAN_RECORD_PASSING] = {NULL, record_passing_sql, N_RECORD_COLUMNS, {0}, true},
@@ -552,7 +562,7 @@ notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, bool late_o
 	const NotifTransitionRow *claimed = notif_claim_row(delivery, false);
 	const NotifTransitionRow *late = notif_claim_row(delivery, true);
 	const NotifTransitionRow *late_dedup = notif_claim_late_dedup_row(delivery);
-	Datum		values[14] = {CStringGetTextDatum(kind), Int32GetDatum(limit),
+	Datum		values[15] = {CStringGetTextDatum(kind), Int32GetDatum(limit),
 		Int64GetDatum(incarnation),
 		CStringGetTextDatum(notif_status_name((NotifStatus) claimed->to)),
 		Int32GetDatum(claimed->tries == TRIES_COUNTED ? 1 : 0),
@@ -560,11 +570,11 @@ notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, bool late_o
 		CStringGetTextDatum(late->note),
 		CStringGetTextDatum(notif_status_name((NotifStatus) late_dedup->to)),
 	CStringGetTextDatum(late_dedup->note), BoolGetDatum(late_only)};
-	char		nulls[14];
+	char		nulls[15];
 	int			i;
 
 	memset(nulls, ' ', 10);
-	memset(nulls + 10, 'n', 4);	/* no routes: NULL */
+	memset(nulls + 10, 'n', 5); /* no routes: NULL */
 
 	Assert(claimed->holds && !late->holds && late->tries == TRIES_KEPT);
 	Assert(!late_dedup->holds && late_dedup->tries == TRIES_KEPT);
@@ -582,7 +592,8 @@ notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, bool late_o
 		values[11] = spi_array_of(start, NULL, route->n, INT4OID);
 		values[12] = spi_array_of(stay, NULL, route->n, INT4OID);
 		values[13] = Int32GetDatum(route->route);
-		memset(nulls + 10, ' ', 4);
+		values[14] = Int32GetDatum(Max(4 * limit, CLAIM_ROUTED_WINDOW));
+		memset(nulls + 10, ' ', 5);
 	}
 	run_with(PLAN_CLAIM, values, nulls, false, SPI_OK_SELECT, snapshot);
 	return notif_claimed_from_rows(cxt, out);	/* job_rows.c */

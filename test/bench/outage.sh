@@ -1,0 +1,408 @@
+#!/usr/bin/env bash
+# test/bench/outage.sh: a bad day without an operator (issue 42, "Measured,
+# side by side").  Two SMS gateways, each a provider simulator on
+# 127.0.0.1 over plain HTTP (not the night's TLS rig: behind its nghttpx
+# front a stopped simulator is answered 502 by the front, never a refused
+# connection, and night_rig builds one cluster with its own fixed providers
+# and types, where this needs six):
+#   gw_a   the primary: json, the job's payload as it is, key header
+#          Idempotency-Key
+#   gw_b   the backup: another dialect, payload_map
+#          {"phone": "to", "message": "text"}, the same key header
+# both answering after a lognormal latency (median 120 ms, p99 600 ms), no
+# fault of their own.  Three types, each in its own lane, all with gw_a as
+# their provider:
+#   otp     at_least_once, 4 tries, deadline 15 s, Poisson arrivals at
+#           OUTAGE_OTP_RATE per second, one transaction each
+#   alert   at_least_once, 5 tries, no deadline, OUTAGE_ALERT_RATE per
+#           second, evenly spaced
+#   promo   at_most_once, 3 tries, a flood at OUTAGE_PROMO_RATE per second
+#           in small transactions every 10 ms, lane bulk
+# After OUTAGE_LEAD seconds of load, the primary gateway goes bad for
+# OUTAGE_SECONDS, then the load goes on for OUTAGE_TAIL seconds, stops,
+# and the jobs left drain (at most OUTAGE_DRAIN_MAX seconds).  Three cases:
+#   refused   the gw_a simulator stopped (SIGTERM: connections refused),
+#             then started again on the same port
+#   brownout  gw_a holds half its calls past the providers' timeout
+#             (/config p_timeout=0.5, hold_ms 10 s; q=0.5: half of the held
+#             calls delivered all the same)
+#   http503   gw_a answers 503 to every call (/config p_5xx=1,
+#             status_5xx=503; q=0: a 503 delivers nothing)
+# each twice, in a cluster of its own (breakers start closed):
+#   backup    gw_a's breaker on (breaker_threshold 5, the default;
+#             breaker_cooldown OUTAGE_COOLDOWN s) and every type's
+#             backup_providers '{gw_b}'
+#   today     breaker_threshold NULL, no backup_providers: as before 1.4
+# Measured per case and configuration, per type, key by key from the
+# simulators' ledgers (GET /ledger of each simulator; the stopped gw_a's
+# written to its --ledger-file on SIGTERM): enqueued, delivered, lost,
+# duplicated (copies beyond the first, over both gateways), and from
+# notif_job expired, failed, still unfinished; OTP latency p50/p99/max from
+# the job's created_at (the enqueuing transaction's start, one
+# transaction per OTP) to the start of its first accepted call
+# (notif_calls.started_at), over every delivered OTP of the run and over
+# those enqueued during the outage; notif_provider_health sampled every
+# 200 ms by a session of its own: when gw_a's breaker opened, how long it
+# was open, the calls (notif_calls rows with provider gw_a) that started
+# inside an open interval (from the first to the last sample that read
+# open: a probe that starts in the last 200 ms is not counted) and their
+# jobs, the calls the breaker refused (refused_calls); every call to gw_a
+# during the outage; its at_least_once ambiguous calls (outcome unknown);
+# and the seconds from the outage's end to the start of gw_a's first
+# accepted call after it.  The issue's targets, with the backup, are
+# printed and reported (not asserted: the exit status is 0 when the runs
+# completed): 0 OTPs lost or expired, OTP p99 (of those enqueued during the
+# outage) under 2 s, at_most_once duplicates 0, at_least_once duplicates
+# no more than gw_a's ambiguous calls of the type.
+#
+#   bash test/bench/outage.sh
+#
+# Environment: OUTAGE_SECONDS [60 x BENCH_SCALE, at least 10];
+# OUTAGE_LEAD [20 x BENCH_SCALE, at least 5] s; OUTAGE_TAIL [30 x
+# BENCH_SCALE, at least 15] s; OUTAGE_DRAIN_MAX [120] s; OUTAGE_OTP_RATE
+# [10]/s; OUTAGE_ALERT_RATE [20]/s; OUTAGE_PROMO_RATE [300]/s;
+# OUTAGE_COOLDOWN [5] s; OUTAGE_TIMEOUT [2] s (both providers' timeout);
+# OUTAGE_CASES ["refused brownout http503"]; OUTAGE_CONFIGS ["backup
+# today"]; BENCH_PORT, BENCH_SIM_PORT (+1), BENCH_OUT (see
+# test/bench/lib.sh).  Needs the extension installed and the simulator
+# built.  Prints what it measured as it goes, then RESULT lines
+# (outage_<case>_<config>_*) and the ROW tables outage_types (per case,
+# configuration and type), outage_gw_a (per case and configuration) and
+# outage_targets; BENCH_OUT gets outage_health_<case>_<config>.dat (seconds
+# since the load began, gw_a's breaker state).
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+at_least() { awk -v v="$1" -v m="$2" 'BEGIN { print (v < m ? m : v) }'; }
+OUTAGE=${OUTAGE_SECONDS:-$(at_least "$(bench_scale 60)" 10)}
+LEAD=${OUTAGE_LEAD:-$(at_least "$(bench_scale 20)" 5)}
+TAIL=${OUTAGE_TAIL:-$(at_least "$(bench_scale 30)" 15)}
+DRAIN_MAX=${OUTAGE_DRAIN_MAX:-120}
+OTP_RATE=${OUTAGE_OTP_RATE:-10}
+ALERT_RATE=${OUTAGE_ALERT_RATE:-20}
+PROMO_RATE=${OUTAGE_PROMO_RATE:-300}
+COOLDOWN=${OUTAGE_COOLDOWN:-5}
+TIMEOUT=${OUTAGE_TIMEOUT:-2}
+CASES=${OUTAGE_CASES:-refused brownout http503}
+CONFIGS=${OUTAGE_CONFIGS:-backup today}
+HOLD_MS=10000
+INFLIGHT=1000
+SIM_A=$BENCH_SIM_PORT
+SIM_B=$((BENCH_SIM_PORT + 1))
+sim_args=(--latency-ms 120 --latency-p99-ms 600 --hold-ms $HOLD_MS)
+bench_dir outage
+echo "outage: scale $BENCH_SCALE: ${LEAD}s of load, then gw_a bad for ${OUTAGE}s, then ${TAIL}s more;" \
+	"OTPs $OTP_RATE/s (Poisson), alerts $ALERT_RATE/s, promotions $PROMO_RATE/s; gateways lognormal" \
+	"(median 120 ms, p99 600 ms), timeout ${TIMEOUT}s, breaker_cooldown ${COOLDOWN}s; cases: $CASES;" \
+	"configurations: $CONFIGS; $(nproc) cores, $(pg_config --version)"
+
+now_s() { date +%s.%N; }
+secs_between() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+
+# stop_sim PID: SIGTERM (the simulator writes its ledger file), wait for
+# it, and forget it (bench_cleanup kills only what is still running)
+stop_sim() {
+	local pid=$1 i keep=()
+	kill -TERM "$pid" 2>/dev/null || true
+	wait "$pid" || { echo "provider_sim $pid did not end cleanly" >&2; return 1; }
+	for i in "${_bench_sims[@]}"; do [ "$i" = "$pid" ] || keep+=("$i"); done
+	_bench_sims=("${keep[@]}")
+}
+
+setup_sql() {	# CONFIG
+	local thr=NULL backups=NULL
+	if [ "$1" = backup ]; then thr=5; backups="'{gw_b}'"; fi
+	cluster_psql <<-SQL
+	CREATE EXTENSION notif_deliver;
+	INSERT INTO notif_provider (name, url, idempotency_header, timeout, max_inflight, breaker_threshold,
+	                            breaker_cooldown, payload_map) VALUES
+	  ('gw_a', 'http://127.0.0.1:$SIM_A/send', 'Idempotency-Key', '$TIMEOUT s', $INFLIGHT, $thr, '$COOLDOWN s', NULL),
+	  ('gw_b', 'http://127.0.0.1:$SIM_B/sms', 'Idempotency-Key', '$TIMEOUT s', $INFLIGHT, 5, '$COOLDOWN s',
+	   '{"phone": "to", "message": "text"}');
+	INSERT INTO notif_type (code, delivery, max_tries, deadline, provider, lane, backup_providers) VALUES
+	  ('otp',   'at_least_once', 4, '15 seconds', 'gw_a', 'otp',   $backups),
+	  ('alert', 'at_least_once', 5, NULL,         'gw_a', 'alert', $backups),
+	  ('promo', 'at_most_once',  3, NULL,         'gw_a', 'bulk',  $backups);
+
+	CREATE TABLE outage_stop (stop boolean, sampler boolean);
+	INSERT INTO outage_stop VALUES (false, false);
+	CREATE TABLE outage_health (t timestamptz, state text, consecutive_failures int, refused_calls bigint);
+
+	-- one job of kind K per transaction, RATE per second (Poisson arrivals
+	-- or evenly spaced), until outage_stop says so
+	CREATE PROCEDURE outage_trickle(k text, rate float8, poisson boolean) LANGUAGE plpgsql AS \$\$
+	DECLARE
+	    t0 float8 := extract(epoch FROM clock_timestamp());
+	    next_at float8 := 0;
+	    now_s float8;
+	    i bigint := 0;
+	BEGIN
+	    LOOP
+	        EXIT WHEN (SELECT stop FROM outage_stop);
+	        now_s := extract(epoch FROM clock_timestamp()) - t0;
+	        IF now_s < next_at THEN
+	            PERFORM pg_sleep(least(next_at - now_s, 0.2));
+	            CONTINUE;
+	        END IF;
+	        i := i + 1;
+	        PERFORM notif_enqueue(i, k, k || '-' || i,
+	                    CASE WHEN k = 'otp' THEN '{"to":"+84912345678","text":"Ma OTP: 654321"}'
+	                    ELSE '{"to":"+84912345678","text":"Card *1234: -1,250,000 VND at 21:04"}' END::jsonb);
+	        COMMIT;
+	        next_at := next_at + CASE WHEN poisson THEN -ln(1.0 - random()) / rate ELSE 1.0 / rate END;
+	    END LOOP;
+	END \$\$;
+
+	-- promotions at RATE per second: every 10 ms those due by the clock, in one transaction
+	CREATE PROCEDURE outage_promos(rate float8) LANGUAGE plpgsql AS \$\$
+	DECLARE
+	    t0 float8 := extract(epoch FROM clock_timestamp());
+	    done bigint := 0;
+	    target bigint;
+	BEGIN
+	    LOOP
+	        EXIT WHEN (SELECT stop FROM outage_stop);
+	        target := floor(rate * (extract(epoch FROM clock_timestamp()) - t0))::bigint;
+	        IF target > done THEN
+	            PERFORM notif_enqueue(g, 'promo', 'flood', '{"to":"+84900000000","text":"Friday night: -50% until midnight"}'::jsonb)
+	              FROM generate_series(done + 1, target) g;
+	            done := target;
+	            COMMIT;
+	        ELSE
+	            PERFORM pg_sleep(0.01);
+	        END IF;
+	    END LOOP;
+	END \$\$;
+
+	-- gw_a's breaker every 200 ms
+	CREATE PROCEDURE outage_sample() LANGUAGE plpgsql AS \$\$
+	BEGIN
+	    LOOP
+	        EXIT WHEN (SELECT sampler FROM outage_stop);
+	        INSERT INTO outage_health SELECT clock_timestamp(), state, consecutive_failures, refused_calls
+	          FROM notif_provider_health WHERE name = 'gw_a';
+	        COMMIT;
+	        PERFORM pg_sleep(0.2);
+	    END LOOP;
+	END \$\$;
+	SQL
+	local lane
+	for lane in otp alert bulk; do
+		wait_sql "SELECT count(*) >= 1 FROM pg_stat_activity WHERE application_name = 'notif_deliver sender $lane'" 30
+	done
+}
+
+# fault CASE on|off: make gw_a bad, or good again
+fault() {
+	local c=$1 how=$2
+	case "$c:$how" in
+	refused:on) stop_sim "$sim_a" ;;
+	refused:off)
+		sim_start gw_a2 "$SIM_A" "${sim_args[@]}" --seed 43 --ledger-file "$run_dir/ledger_a2.txt"
+		sim_a=${_bench_sims[-1]} ;;
+	brownout:on) sim_get "$SIM_A" "/config?p_timeout=0.5&q=0.5" >/dev/null ;;
+	brownout:off) sim_get "$SIM_A" "/config?p_timeout=0&q=0" >/dev/null ;;
+	http503:on) sim_get "$SIM_A" "/config?p_5xx=1&status_5xx=503&q=0" >/dev/null ;;
+	http503:off) sim_get "$SIM_A" "/config?p_5xx=0" >/dev/null ;;
+	*) echo "unknown case $c" >&2; exit 2 ;;
+	esac
+}
+
+# open intervals of gw_a's breaker: from the first to the last of each run
+# of samples that read open
+OPEN_SQL="WITH s AS (SELECT t, state = 'open' AS o,
+                     sum(CASE WHEN state = 'open' THEN 0 ELSE 1 END) OVER (ORDER BY t) AS grp
+                FROM outage_health),
+          iv AS (SELECT min(t) AS t_from, max(t) AS t_to FROM s WHERE o GROUP BY grp)"
+
+one_run() {	# CASE CONFIG
+	local c=$1 cfg=$2 tag="outage_$1_$2" t0 out_on out_off t_stop pids p drained k
+	run_dir=$BENCH_DIR/$c-$cfg
+	mkdir -p "$run_dir"
+	chmod 755 "$run_dir"
+	echo "== $c, $cfg"
+	sim_start gw_a "$SIM_A" "${sim_args[@]}" --seed 41 --ledger-file "$run_dir/ledger_a1.txt"
+	sim_a=${_bench_sims[-1]}
+	sim_start gw_b "$SIM_B" "${sim_args[@]}" --seed 42 --ledger-file "$run_dir/ledger_b.txt"
+	sim_b=${_bench_sims[-1]}
+	cluster_start "$run_dir/pg" "$BENCH_PORT" "notif_deliver.database = 'postgres'" \
+		"notif_deliver.max_inflight = $INFLIGHT" "max_worker_processes = 32"
+	setup_sql "$cfg"
+
+	t0=$(now_s)
+	pids=()
+	cluster_psql -c "CALL outage_sample()" >"$run_dir/sample.log" 2>&1 &
+	pids+=($!)
+	cluster_psql -c "CALL outage_trickle('otp', $OTP_RATE, true)" >"$run_dir/otp.log" 2>&1 &
+	pids+=($!)
+	cluster_psql -c "CALL outage_trickle('alert', $ALERT_RATE, false)" >"$run_dir/alert.log" 2>&1 &
+	pids+=($!)
+	cluster_psql -c "CALL outage_promos($PROMO_RATE)" >"$run_dir/promo.log" 2>&1 &
+	pids+=($!)
+	sleep "$LEAD"
+	fault "$c" on
+	out_on=$(now_s)
+	echo "  $(secs_between "$t0" "$out_on")s: gw_a $c"
+	sleep "$OUTAGE"
+	# (the end: when gw_a is told to be good again, or is started again)
+	out_off=$(now_s)
+	fault "$c" off
+	echo "  $(secs_between "$t0" "$out_off")s: gw_a good again ($(secs_between "$out_on" "$out_off")s bad)"
+	sleep "$TAIL"
+	# the load stops; the sampler goes on while the jobs left drain
+	cluster_psql -c "UPDATE outage_stop SET stop = true" >/dev/null
+	for p in "${pids[@]:1}"; do wait "$p" || { cat "$run_dir"/*.log >&2; exit 1; }; done
+	t_stop=$(now_s)
+	drained=yes
+	wait_sql "$(nd_idle_sql)" "$DRAIN_MAX" || drained=no
+	cluster_psql -c "UPDATE outage_stop SET sampler = true" >/dev/null
+	wait "${pids[0]}" || { cat "$run_dir/sample.log" >&2; exit 1; }
+	echo "  load stopped at $(secs_between "$t0" "$t_stop")s; drained: $drained ($(secs_between "$t_stop" "$(now_s)")s later)"
+
+	# ---- the ledgers: every gw_a simulator's and gw_b's
+	stop_sim "$sim_a"
+	stop_sim "$sim_b"
+	cat "$run_dir"/ledger_a*.txt >"$run_dir/ledger_a"
+	cp "$run_dir/ledger_b.txt" "$run_dir/ledger_b"
+	cluster_psql -At -F' ' -c "SELECT kind || ':' || user_id || ':' || order_id, kind, status FROM notif_job" >"$run_dir/jobs"
+	# per type: enqueued delivered lost duplicated expired failed unfinished, and delivered keys no job has
+	awk 'FILENAME ~ /ledger/ { if ($3 >= 1) del[$1] += $3; next }
+		{ n[$2]++; if ($3 == "expired") ex[$2]++; else if ($3 == "failed") fa[$2]++;
+		  else if ($3 != "sent") un[$2]++
+		  if ($1 in del) { d[$2]++; dup[$2] += del[$1] - 1; delete del[$1] } }
+		END { for (t in n) printf "%s %d %d %d %d %d %d %d\n", t, n[t], d[t], n[t] - d[t], dup[t], ex[t], fa[t], un[t]
+		      s = 0; for (k in del) s++; printf "~stray %d 0 0 0 0 0 0\n", s }' \
+		"$run_dir/ledger_a" "$run_dir/ledger_b" "$run_dir/jobs" | sort >"$run_dir/types"
+	read -r _ stray _ < <(grep '^~stray' "$run_dir/types")
+	[ "$stray" = 0 ] || { echo "the ledgers have $stray delivered keys that no job has" >&2; exit 1; }
+
+	# ---- gw_a: its breaker, its calls
+	local on_ts="to_timestamp($out_on)" off_ts="to_timestamp($out_off)"
+	read -r opened open_s intervals open_calls open_jobs refused out_calls out_unreached out_unknown out_accepted \
+		amb_otp amb_alert amb_promo back_s <<<"$(cluster_psql -At -F' ' -c "
+		$OPEN_SQL
+		SELECT coalesce(round(extract(epoch FROM (SELECT min(t_from) FROM iv WHERE t_from >= $on_ts) - $on_ts)::numeric, 1)::text, 'never'),
+		       coalesce(round(extract(epoch FROM (SELECT sum(t_to - t_from) FROM iv))::numeric, 1), 0),
+		       (SELECT count(*) FROM iv),
+		       (SELECT count(*) FROM notif_calls c WHERE c.provider = 'gw_a'
+		           AND EXISTS (SELECT 1 FROM iv WHERE c.started_at BETWEEN iv.t_from AND iv.t_to)),
+		       (SELECT count(DISTINCT c.job_id) FROM notif_calls c WHERE c.provider = 'gw_a'
+		           AND EXISTS (SELECT 1 FROM iv WHERE c.started_at BETWEEN iv.t_from AND iv.t_to)),
+		       coalesce((SELECT max(refused_calls) FROM outage_health), 0),
+		       (SELECT count(*) FROM notif_calls WHERE provider = 'gw_a' AND started_at BETWEEN $on_ts AND $off_ts),
+		       (SELECT count(*) FROM notif_calls WHERE provider = 'gw_a' AND started_at BETWEEN $on_ts AND $off_ts AND outcome = 'unreached'),
+		       (SELECT count(*) FROM notif_calls WHERE provider = 'gw_a' AND started_at BETWEEN $on_ts AND $off_ts AND outcome = 'unknown'),
+		       (SELECT count(*) FROM notif_calls WHERE provider = 'gw_a' AND started_at BETWEEN $on_ts AND $off_ts AND outcome = 'accepted'),
+		       (SELECT count(*) FROM notif_calls c JOIN notif_job j ON j.id = c.job_id WHERE c.provider = 'gw_a' AND c.outcome = 'unknown' AND j.kind = 'otp'),
+		       (SELECT count(*) FROM notif_calls c JOIN notif_job j ON j.id = c.job_id WHERE c.provider = 'gw_a' AND c.outcome = 'unknown' AND j.kind = 'alert'),
+		       (SELECT count(*) FROM notif_calls c JOIN notif_job j ON j.id = c.job_id WHERE c.provider = 'gw_a' AND c.outcome = 'unknown' AND j.kind = 'promo'),
+		       coalesce(round(extract(epoch FROM (SELECT min(started_at) FROM notif_calls WHERE provider = 'gw_a'
+		           AND outcome = 'accepted' AND started_at >= $off_ts) - $off_ts)::numeric, 1)::text, 'never')")"
+	# OTP latency: created_at to the start of the first accepted call, all of the run's and those enqueued during the outage
+	read -r p50 p99 pmax o50 o99 omax n_out <<<"$(cluster_psql -At -F' ' -c "
+		WITH l AS (SELECT j.created_at, extract(epoch FROM min(c.started_at) - j.created_at) * 1000 AS ms
+		             FROM notif_job j JOIN notif_calls c ON c.job_id = j.id AND c.outcome = 'accepted'
+		            WHERE j.kind = 'otp' GROUP BY j.id, j.created_at),
+		     o AS (SELECT ms FROM l WHERE created_at BETWEEN $on_ts AND $off_ts)
+		SELECT coalesce(round(percentile_disc(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 1)::text, 'none'),
+		       coalesce(round(percentile_disc(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 1)::text, 'none'),
+		       coalesce(round(max(ms)::numeric, 1)::text, 'none'),
+		       coalesce((SELECT round(percentile_disc(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 1)::text FROM o), 'none'),
+		       coalesce((SELECT round(percentile_disc(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 1)::text FROM o), 'none'),
+		       coalesce((SELECT round(max(ms)::numeric, 1)::text FROM o), 'none'), (SELECT count(*) FROM o)
+		  FROM l")"
+	if [ -n "${BENCH_OUT:-}" ]; then
+		cluster_psql -At -F' ' -c "SELECT round((extract(epoch FROM t) - $t0)::numeric, 2),
+			CASE state WHEN 'closed' THEN 0 WHEN 'half_open' THEN 1 ELSE 2 END, consecutive_failures, refused_calls
+			FROM outage_health ORDER BY t" >"$BENCH_OUT/outage_health_${c}_${cfg}.dat"
+	fi
+
+	# ---- print
+	printf '  %-6s %8s %9s %6s %10s %8s %7s %10s\n' type enqueued delivered lost duplicated expired failed unfinished
+	while read -r t n d l dup ex fa un; do
+		[ "$t" = "~stray" ] && continue
+		printf '  %-6s %8s %9s %6s %10s %8s %7s %10s\n' "$t" "$n" "$d" "$l" "$dup" "$ex" "$fa" "$un"
+		row outage_types "$c" "$cfg" "$t" "$n" "$d" "$l" "$dup" "$ex" "$fa" "$un"
+		for k in enqueued:$n delivered:$d lost:$l duplicated:$dup expired:$ex failed:$fa unfinished:$un; do
+			result "${tag}_${t}_${k%%:*}" "${k#*:}"
+		done
+	done <"$run_dir/types"
+	echo "  OTP latency to the accepted call's start: p50 $p50 ms, p99 $p99 ms, max $pmax ms;" \
+		"of the $n_out enqueued during the outage: p50 $o50 ms, p99 $o99 ms, max $omax ms"
+	echo "  gw_a: breaker opened $opened$([ "$opened" = never ] || echo s) into the outage, open ${open_s}s in $intervals interval(s), $open_calls calls" \
+		"($open_jobs jobs) started while it was open, $refused refused; during the outage $out_calls calls" \
+		"($out_unreached unreached, $out_unknown unknown, $out_accepted accepted); ambiguous calls otp $amb_otp," \
+		"alert $amb_alert, promo $amb_promo; first accepted call $back_s$([ "$back_s" = never ] || echo s) after the outage's end"
+	# for the log: the breaker's changes of state, the calls started while it was open,
+	# a few duplicated keys with their calls, and the jobs that did not end sent
+	cluster_psql -c "SELECT round(extract(epoch FROM t - $on_ts)::numeric, 1) AS s_into_outage, state, consecutive_failures, refused_calls
+		FROM (SELECT *, lag(state) OVER (ORDER BY t) AS prev FROM outage_health) h
+		WHERE prev IS DISTINCT FROM state ORDER BY t"
+	cluster_psql -c "$OPEN_SQL
+		SELECT c.job_id, j.kind, c.try, round(extract(epoch FROM c.started_at - $on_ts)::numeric, 2) AS s_into_outage,
+		       c.outcome, c.http_status, left(c.error, 60) AS error
+		  FROM notif_calls c JOIN notif_job j ON j.id = c.job_id
+		 WHERE c.provider = 'gw_a' AND EXISTS (SELECT 1 FROM iv WHERE c.started_at BETWEEN iv.t_from AND iv.t_to)
+		 ORDER BY c.started_at LIMIT 20"
+	awk '{ if ($3 >= 1) del[$1] += $3 } END { for (k in del) if (del[k] > 1) print k }' "$run_dir/ledger_a" "$run_dir/ledger_b" |
+		grep -v '^promo:' | sort -t: -k2,2n | head -3 >"$run_dir/dup_keys" || true
+	while read -r k; do
+		cluster_psql -c "SELECT j.id AS job_id, j.kind, j.status, c.try, c.provider, round(extract(epoch FROM c.started_at - $on_ts)::numeric, 2) AS s_into_outage,
+		       c.outcome, c.http_status FROM notif_job j JOIN notif_calls c ON c.job_id = j.id
+		 WHERE j.kind || ':' || j.user_id || ':' || j.order_id = '$k' ORDER BY c.started_at"
+	done <"$run_dir/dup_keys"
+	cluster_psql -c "SELECT kind, status, outcome, provider, regexp_replace(last_error, '[0-9]+', 'N', 'g') AS last_error, count(*)
+		FROM notif_job WHERE status <> 'sent' GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5"
+	row outage_gw_a "$c" "$cfg" "$p50 / $p99 / $pmax" "$o50 / $o99 / $omax" "$opened" "$open_s ($intervals)" \
+		"$open_calls ($open_jobs)" "$refused" "$out_calls ($out_unreached / $out_unknown / $out_accepted)" \
+		"$amb_otp / $amb_alert / $amb_promo" "$back_s"
+	for k in otp_p50_ms:$p50 otp_p99_ms:$p99 otp_max_ms:$pmax otp_outage_p50_ms:$o50 otp_outage_p99_ms:$o99 \
+		otp_outage_max_ms:$omax otp_outage_n:$n_out breaker_opened_s:$opened open_s:$open_s open_intervals:$intervals \
+		open_calls:$open_calls open_jobs:$open_jobs refused_calls:$refused outage_calls:$out_calls \
+		outage_unreached:$out_unreached outage_unknown:$out_unknown outage_accepted:$out_accepted \
+		ambiguous_otp:$amb_otp ambiguous_alert:$amb_alert ambiguous_promo:$amb_promo back_s:$back_s \
+		outage_s:$(secs_between "$out_on" "$out_off") drained:$drained; do
+		result "${tag}_${k%%:*}" "${k#*:}"
+	done
+
+	# ---- the targets (with the backup)
+	if [ "$cfg" = backup ]; then
+		v() { awk -v t="$1" '$1 == t { print $'"$2"' }' "$run_dir/types"; }
+		target() {	# WHAT MEASURED HELD
+			echo "  target $1: $2: $3"
+			row outage_targets "$c" "$1" "$2" "$3"
+		}
+		local otp_lost otp_exp promo_dup d a ok
+		otp_lost=$(v otp 4)
+		otp_exp=$(v otp 6)
+		promo_dup=$(v promo 5)
+		target "OTPs lost 0" "$otp_lost" "$([ "$otp_lost" = 0 ] && echo held || echo '**missed**')"
+		target "OTPs expired 0" "$otp_exp" "$([ "$otp_exp" = 0 ] && echo held || echo '**missed**')"
+		ok=$(awk -v p="$o99" 'BEGIN { print (p ~ /^[0-9.]+$/ && p + 0 < 2000) ? "held" : "**missed**" }')
+		target "OTP p99 (enqueued during the outage) < 2000 ms" "$o99" "$ok"
+		target "at_most_once (promo) duplicates 0" "$promo_dup" "$([ "$promo_dup" = 0 ] && echo held || echo '**missed**')"
+		for k in otp:$amb_otp alert:$amb_alert; do
+			d=$(v "${k%%:*}" 5)
+			a=${k#*:}
+			ok=$([ "$d" -le "$a" ] && echo held || echo '**missed**')
+			target "${k%%:*} duplicates <= ambiguous calls to gw_a" "$d <= $a" "$ok"
+			result "${tag}_${k%%:*}_dup_over_ambiguous" "$((d - a))"
+		done
+	fi
+	cluster_stop
+	rm -rf "$run_dir/pg"
+}
+
+for c in $CASES; do
+	for cfg in $CONFIGS; do
+		one_run "$c" "$cfg"
+	done
+done
+result outage_scale "$BENCH_SCALE"
+result outage_seconds "$OUTAGE"
+result outage_lead_seconds "$LEAD"
+result outage_tail_seconds "$TAIL"
+result outage_otp_rate "$OTP_RATE"
+result outage_alert_rate "$ALERT_RATE"
+result outage_promo_rate "$PROMO_RATE"
+result outage_cooldown_s "$COOLDOWN"
+result outage_timeout_s "$TIMEOUT"
