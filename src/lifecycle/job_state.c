@@ -457,7 +457,9 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 		delay_ms = retry_after_ms;
 	next_at = TimestampTzPlusMilliseconds(now, delay_ms);
 	facts.out_of_tries = tries >= policy->max_tries;
-	facts.out_of_time = deadline_at != 0 && next_at >= deadline_at;
+	facts.next_route = next_route && !dedup->retry;
+	/* a job that moves to the next provider is due at once, not after a backoff */
+	facts.out_of_time = deadline_at != 0 && (facts.next_route ? now : next_at) >= deadline_at;
 	facts.in_dedup_window = dedup->until != 0 && !facts.out_of_tries && !facts.out_of_time &&
 		next_at < dedup->until;
 	facts.dedup_window_passed = dedup->retry && now >= dedup->until;
@@ -466,7 +468,6 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 	facts.report_wait = policy->resolve_wait_ms > 0;
 	facts.lookup_found = lookup == LOOKUP_FOUND;
 	facts.breaker_open = breaker_open;
-	facts.next_route = next_route && !dedup->retry;
 
 	t.row = notif_find_transition(event, delivery,
 								  (NotifStatus) notif_claim_row(delivery, false)->to,

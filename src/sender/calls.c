@@ -48,7 +48,9 @@ sender_new_call(NotifTypeConf *type, NotifClaimedJob *job)
 															type->provider.dedup_reach_ms);
 	else if (job->dedup_retry)
 		call->job.dedup.until = job->created_at;	/* no window now: passed */
-	call->job.dedup.retry = job->dedup_retry;
+	/* a retry made for a provider's window, to that provider (else a copy) */
+	call->job.dedup.retry = job->dedup_retry &&
+		(job->last_provider == NULL || strcmp(job->last_provider, type->provider.name) == 0);
 	call->job.next_route = type->route < type->n_routes - 1;	/* a backup follows */
 	call->timeout_ms = type->provider.timeout_ms;
 	call->connect_timeout_ms = type->provider.connect_timeout_ms;

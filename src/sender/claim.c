@@ -63,22 +63,22 @@ plan_routes(int first, TimestampTz now, Routes *r)
 
 	r->code = t->code;
 	r->first = first;
-	r->n = 0;
+	r->n = Min(Max(t->n_routes, 1), MAX_ROUTES);
 	r->any_calls = false;
-	while (r->n < MAX_ROUTES && first + r->n < sender.n_types &&
-		   strcmp(sender.types[first + r->n].code, t->code) == 0)
+	for (d = 0; d < r->n; d++)
 	{
-		NotifTypeConf *e = &sender.types[first + r->n];
+		r->admit[d] = BREAKER_WAITS;	/* a route whose provider was not read */
+		r->until[d] = 0;
+	}
+	/* the entries of the type, each at its route (one read between changes may lack one) */
+	for (j = first; j < sender.n_types && strcmp(sender.types[j].code, t->code) == 0; j++)
+	{
+		NotifTypeConf *e = &sender.types[j];
 
-		if (e->provider.url == NULL)
-		{
-			r->admit[r->n] = BREAKER_WAITS; /* not configured */
-			r->until[r->n] = 0;
-		}
-		else
-			r->admit[r->n] = notif_breaker_admit(&e->provider, now, &r->until[r->n]);
-		r->any_calls |= r->admit[r->n] == BREAKER_CALLS;
-		r->n++;
+		if (e->route < 0 || e->route >= r->n || e->provider.url == NULL)
+			continue;			/* not configured: it waits */
+		r->admit[e->route] = notif_breaker_admit(&e->provider, now, &r->until[e->route]);
+		r->any_calls |= r->admit[e->route] == BREAKER_CALLS;
 	}
 	for (d = 0; d < r->n; d++)
 	{
@@ -184,8 +184,8 @@ sender_claim_jobs(void)
 			if (!routes.any_calls)
 				expire_while_open(type, now, snapshot, &next);
 		}
-		k = i - routes.first;
-		if (k >= routes.n)
+		k = type->route;
+		if (k < 0 || k >= routes.n)
 			continue;			/* past MAX_ROUTES (the CHECK forbids it) */
 		admit = routes.admit[k];
 		if (admit == BREAKER_WAITS)
