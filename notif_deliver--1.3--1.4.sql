@@ -171,6 +171,9 @@ BEGIN
         RAISE EXCEPTION 'notif_type "%": backup_providers must name other providers than its provider, each once', NEW.code
             USING ERRCODE = 'check_violation', CONSTRAINT = 'notif_type_backup_providers_check';
     END IF;
+    -- a provider deleted meanwhile waits for this, or is seen gone below
+    PERFORM FROM @extschema@.notif_provider p
+     WHERE p.name OPERATOR(pg_catalog.=) ANY (NEW.backup_providers) FOR KEY SHARE;
     SELECT b INTO missing FROM unnest(NEW.backup_providers) b
      WHERE NOT EXISTS (SELECT FROM @extschema@.notif_provider p WHERE p.name = b) LIMIT 1;
     IF missing IS NOT NULL THEN

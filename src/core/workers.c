@@ -111,6 +111,16 @@ notif_workers(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/* A copy of shared provider slot i, if a provider uses it (false: free). */
+static bool
+provider_slot_copy(int i, NotifProviderSlot *out)
+{
+	LWLockAcquire(notif_shared->providers_lock, LW_SHARED);
+	*out = notif_providers[i];
+	LWLockRelease(notif_shared->providers_lock);
+	return out->in_use && (out->senders > 0 || out->inflight > 0);
+}
+
 /*
  * notif_provider_slots(): provider, lane (NULL: shared by all lanes),
  * shared, senders, in_flight, paused_until.
@@ -132,11 +142,8 @@ notif_provider_slots(PG_FUNCTION_ARGS)
 	{
 		NotifProviderSlot p;
 
-		LWLockAcquire(notif_shared->providers_lock, LW_SHARED);
-		p = notif_providers[i];
-		LWLockRelease(notif_shared->providers_lock);
-		if (!p.in_use || (p.senders == 0 && p.inflight == 0))
-			continue;			/* free for another provider */
+		if (!provider_slot_copy(i, &p))
+			continue;
 		memset(nulls, false, sizeof(nulls));
 		values[0] = CStringGetTextDatum(p.name);
 		nulls[1] = true;
@@ -239,11 +246,8 @@ notif_provider_breakers(PG_FUNCTION_ARGS)
 		const char *state = "closed";
 		TimestampTz since;
 
-		LWLockAcquire(notif_shared->providers_lock, LW_SHARED);
-		p = notif_providers[i];
-		LWLockRelease(notif_shared->providers_lock);
-		if (!p.in_use || (p.senders == 0 && p.inflight == 0))
-			continue;			/* free for another provider */
+		if (!provider_slot_copy(i, &p))
+			continue;
 		since = b->since;
 		if (b->state == BREAKER_HALF_OPEN)
 			state = "half_open";

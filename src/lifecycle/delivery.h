@@ -118,6 +118,7 @@ typedef struct NotifJobRef
 	NotifDedup	dedup;			/* its provider's deduplication window */
 	NotifLookup lookup;			/* what the status lookup said before this call */
 	bool		breaker_open;	/* its provider's breaker refused the call */
+	bool		probe;			/* its call was its provider's breaker's probe */
 	bool		next_route;		/* a backup provider follows its call's */
 } NotifJobRef;
 

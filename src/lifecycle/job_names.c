@@ -51,6 +51,7 @@ static const NameOf condition_names[] = {
 	{COND_REPORTED, "a report said delivered during the call"},
 	{COND_LOOKUP_FOUND, "the provider's status lookup found it"},
 	{COND_BREAKER_OPEN, "the provider's circuit breaker is open"},
+	{COND_PROBE, "the probe of the provider's circuit breaker"},
 	{COND_NEXT_ROUTE, "a backup provider follows"},
 };
 static const NameOf tries_names[] = {

@@ -85,6 +85,19 @@ static const NotifTransitionRow transitions[] = {
 	SENT, false, TRIES_KEPT, false, "the retries made for the provider's deduplication window never reached it: the first call may have delivered"},
 	{"amo_rejected", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_REJECTED, COND_ALWAYS,
 	FAILED, false, TRIES_KEPT, false, NULL},
+	/*
+	 * the probe of a half-open breaker that never reached the provider
+	 * (still down, and the breaker open again) gives its try back, either
+	 * delivery: in a long outage the probes would otherwise spend the tries
+	 * of the jobs they carry, one per cooldown, until each fails.  Due when
+	 * the breaker lets a call through again (its deadline holds:
+	 * claim_late), or at once if a backup provider follows.  No attempt
+	 * row (its try number is the next call's): the job's last error and
+	 * notif_provider_health show it.  A probe that ends ambiguous keeps its
+	 * try, as any call.
+	 */
+	{"amo_probe_unreached", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_UNREACHED, COND_PROBE,
+	QUEUED, true, TRIES_UNCOUNTED, false, NULL},
 	{"amo_unreached_out_of_tries", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_UNREACHED, COND_OUT_OF_TRIES,
 	FAILED, false, TRIES_KEPT, false, NULL},
 	{"amo_unreached_out_of_time", EVENT_CALL_ENDED, AMO, SENT, OUTCOME_UNREACHED, COND_OUT_OF_TIME,
@@ -110,6 +123,8 @@ static const NotifTransitionRow transitions[] = {
 	FAILED, false, TRIES_KEPT, false, NULL},
 	{"alo_reported", EVENT_CALL_ENDED, ALO, SENDING, OUTCOME_UNKNOWN, COND_REPORTED,
 	SENT, false, TRIES_KEPT, false, NULL},	/* a report said delivered: no retry */
+	{"alo_probe_unreached", EVENT_CALL_ENDED, ALO, SENDING, OUTCOME_UNREACHED, COND_PROBE,
+	QUEUED, true, TRIES_UNCOUNTED, false, NULL},
 	{"alo_out_of_tries", EVENT_CALL_ENDED, ALO, SENDING, AMBIGUOUS, COND_OUT_OF_TRIES,
 	FAILED, false, TRIES_KEPT, false, NULL},
 	{"alo_out_of_time", EVENT_CALL_ENDED, ALO, SENDING, AMBIGUOUS, COND_OUT_OF_TIME,
@@ -319,6 +334,8 @@ condition_holds(NotifCondition when, const NotifFacts *f)
 			return f->lookup_found;
 		case COND_BREAKER_OPEN:
 			return f->breaker_open;
+		case COND_PROBE:
+			return f->probe;
 		case COND_NEXT_ROUTE:
 			return f->next_route;
 	}
@@ -446,7 +463,8 @@ NotifTransition
 notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 				 int tries, const NotifRetryPolicy *policy, TimestampTz now,
 				 TimestampTz deadline_at, int64 retry_after_ms, const NotifDedup *dedup,
-				 bool reported, NotifLookup lookup, bool breaker_open, bool next_route)
+				 bool reported, NotifLookup lookup, bool breaker_open, bool probe,
+				 bool next_route)
 {
 	NotifTransition t = {0};
 	NotifFacts	facts = {0};
@@ -457,7 +475,9 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 		delay_ms = retry_after_ms;
 	next_at = TimestampTzPlusMilliseconds(now, delay_ms);
 	facts.out_of_tries = tries >= policy->max_tries;
-	facts.out_of_time = deadline_at != 0 && next_at >= deadline_at;
+	facts.next_route = next_route && !dedup->retry;
+	/* a job that moves to the next provider is due at once, not after a backoff */
+	facts.out_of_time = deadline_at != 0 && (facts.next_route ? now : next_at) >= deadline_at;
 	facts.in_dedup_window = dedup->until != 0 && !facts.out_of_tries && !facts.out_of_time &&
 		next_at < dedup->until;
 	facts.dedup_window_passed = dedup->retry && now >= dedup->until;
@@ -466,7 +486,7 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 	facts.report_wait = policy->resolve_wait_ms > 0;
 	facts.lookup_found = lookup == LOOKUP_FOUND;
 	facts.breaker_open = breaker_open;
-	facts.next_route = next_route && !dedup->retry;
+	facts.probe = probe;
 
 	t.row = notif_find_transition(event, delivery,
 								  (NotifStatus) notif_claim_row(delivery, false)->to,
@@ -505,6 +525,19 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 		t.keeps_outcome = true;
 		t.resolution = RESOLUTION_KEPT;
 		return t;
+	}
+	if (t.row->when == COND_PROBE)
+	{
+		/*
+		 * Due when the breaker, open again, lets a call through (what is
+		 * left of its cooldown), or at once on the next provider; no later
+		 * than the deadline.
+		 */
+		t.next_at = facts.next_route ? now : TimestampTzPlusMilliseconds(now, Max(retry_after_ms, 0));
+		if (deadline_at != 0 && t.next_at > deadline_at)
+			t.next_at = deadline_at;
+		/* its try number is the next call's: the job row alone shows it */
+		t.no_call = true;
 	}
 	if (t.row->when == COND_IN_DEDUP_WINDOW)
 		t.resolution = RESOLUTION_DEDUP_WINDOW;

@@ -87,6 +87,8 @@ typedef enum NotifCondition
 								 * status lookup said it has the message */
 	COND_BREAKER_OPEN,			/* the provider's circuit breaker was open
 								 * when the call was to start: no call */
+	COND_PROBE,					/* the call was the one probe of its
+								 * provider's half-open circuit breaker */
 	COND_NEXT_ROUTE				/* the type has a backup provider after the
 								 * one that took the call (not a retry made
 								 * for that one's deduplication window) */
@@ -165,6 +167,7 @@ typedef struct NotifFacts
 	bool		reported;
 	bool		lookup_found;
 	bool		breaker_open;
+	bool		probe;
 	bool		next_route;
 } NotifFacts;
 
@@ -202,8 +205,10 @@ typedef struct NotifTransition
 	NotifResolution resolution; /* what notif_job.resolved_by becomes */
 	bool		keeps_outcome;	/* notif_job.outcome stays as it was (the
 								 * call's own goes to notif_attempt) */
-	bool		no_call;		/* no call was made (a status lookup found
-								 * the message): no notif_attempt row */
+	bool		no_call;		/* no notif_attempt row: no call was made
+								 * (a status lookup found the message), or
+								 * its try was given back (a breaker's
+								 * probe that never reached the provider) */
 } NotifTransition;
 
 /* names, in one place (job_names.c) */
@@ -283,6 +288,7 @@ extern NotifTransition notif_after_call(NotifEvent event, NotifDelivery delivery
 										bool reported,	/* COND_REPORTED */
 										NotifLookup lookup,
 										bool breaker_open,	/* COND_BREAKER_OPEN */
+										bool probe, /* COND_PROBE */
 										bool next_route);	/* COND_NEXT_ROUTE */
 
 #endif							/* NOTIF_JOB_STATE_H */

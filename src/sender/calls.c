@@ -34,6 +34,8 @@ sender_new_call(NotifTypeConf *type, NotifClaimedJob *job)
 	MemoryContext old = MemoryContextSwitchTo(cxt);
 	NotifCall  *call = palloc0(sizeof(NotifCall));
 	char	   *key;
+	bool		same_provider = job->last_provider == NULL ||	/* its last call's, or none */
+		strcmp(job->last_provider, type->provider.name) == 0;
 
 	call->cxt = cxt;
 	call->job.id = job->id;
@@ -48,7 +50,8 @@ sender_new_call(NotifTypeConf *type, NotifClaimedJob *job)
 															type->provider.dedup_reach_ms);
 	else if (job->dedup_retry)
 		call->job.dedup.until = job->created_at;	/* no window now: passed */
-	call->job.dedup.retry = job->dedup_retry;
+	/* a retry made for a provider's window, to that provider (else a copy) */
+	call->job.dedup.retry = job->dedup_retry && same_provider;
 	call->job.next_route = type->route < type->n_routes - 1;	/* a backup follows */
 	call->timeout_ms = type->provider.timeout_ms;
 	call->connect_timeout_ms = type->provider.connect_timeout_ms;
@@ -63,7 +66,7 @@ sender_new_call(NotifTypeConf *type, NotifClaimedJob *job)
 	 * possible duplicate)
 	 */
 	if (job->after_unknown && type->delivery == AT_LEAST_ONCE && type->provider.lookup &&
-		(job->last_provider == NULL || strcmp(job->last_provider, type->provider.name) == 0))
+		same_provider)
 		call->lookup_url = sender_lookup_url(type->provider.lookup, key);
 	MemoryContextSwitchTo(old);
 	return call;

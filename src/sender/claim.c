@@ -43,7 +43,6 @@
 typedef struct Routes
 {
 	const char *code;			/* the type's */
-	int			first;			/* its first entry in sender.types */
 	int			n;
 	NotifBreakerAdmit admit[MAX_ROUTES];
 	TimestampTz until[MAX_ROUTES];	/* a waiting route's next look */
@@ -52,6 +51,42 @@ typedef struct Routes
 	int			stay[MAX_ROUTES];	/* ... a retry for d's window */
 	bool		any_calls;
 } Routes;
+
+/*
+ * Which route takes a job that starts at route d (start[d], 1-based; 0: it
+ * waits), and which takes a retry made for route d's provider's
+ * deduplication window (stay[d]).  A job goes to the first route from d on
+ * that takes calls; for a probe of route probe_k (else -1), the jobs that
+ * meet that route first go to it, and the others to none.  An at_most_once
+ * retry for a window goes to its own provider only.
+ */
+static void
+choose_routes(const Routes *r, int probe_k, NotifDelivery delivery, int *start, int *stay)
+{
+	int			d,
+				j;
+
+	for (d = 0; d < r->n; d++)
+	{
+		start[d] = 0;
+		for (j = 0; j < r->n; j++)
+		{
+			int			k = (d + j) % r->n;
+
+			if (k == probe_k || (probe_k < 0 && r->admit[k] == BREAKER_CALLS))
+			{
+				start[d] = k + 1;
+				break;
+			}
+			if (r->admit[k] == BREAKER_CALLS)
+				break;			/* it meets another route first */
+		}
+		if (delivery == AT_MOST_ONCE)
+			stay[d] = (probe_k < 0 ? r->admit[d] == BREAKER_CALLS : d == probe_k) ? d + 1 : 0;
+		else
+			stay[d] = start[d];
+	}
+}
 
 /* Where each job of type entry `first` goes this round. */
 static void
@@ -62,39 +97,24 @@ plan_routes(int first, TimestampTz now, Routes *r)
 				j;
 
 	r->code = t->code;
-	r->first = first;
-	r->n = 0;
+	r->n = Min(Max(t->n_routes, 1), MAX_ROUTES);
 	r->any_calls = false;
-	while (r->n < MAX_ROUTES && first + r->n < sender.n_types &&
-		   strcmp(sender.types[first + r->n].code, t->code) == 0)
-	{
-		NotifTypeConf *e = &sender.types[first + r->n];
-
-		if (e->provider.url == NULL)
-		{
-			r->admit[r->n] = BREAKER_WAITS; /* not configured */
-			r->until[r->n] = 0;
-		}
-		else
-			r->admit[r->n] = notif_breaker_admit(&e->provider, now, &r->until[r->n]);
-		r->any_calls |= r->admit[r->n] == BREAKER_CALLS;
-		r->n++;
-	}
 	for (d = 0; d < r->n; d++)
 	{
-		r->start[d] = 0;
-		for (j = 0; j < r->n; j++)
-			if (r->admit[(d + j) % r->n] == BREAKER_CALLS)
-			{
-				r->start[d] = (d + j) % r->n + 1;
-				break;
-			}
-		/* at_most_once: only its own provider may drop the repeat */
-		if (t->delivery == AT_MOST_ONCE)
-			r->stay[d] = r->admit[d] == BREAKER_CALLS ? d + 1 : 0;
-		else
-			r->stay[d] = r->start[d];
+		r->admit[d] = BREAKER_WAITS;	/* a route whose provider was not read */
+		r->until[d] = 0;
 	}
+	/* the entries of the type, each at its route (one read between changes may lack one) */
+	for (j = first; j < sender.n_types && strcmp(sender.types[j].code, t->code) == 0; j++)
+	{
+		NotifTypeConf *e = &sender.types[j];
+
+		if (e->route < 0 || e->route >= r->n || e->provider.url == NULL)
+			continue;			/* not configured: it waits */
+		r->admit[e->route] = notif_breaker_admit(&e->provider, now, &r->until[e->route]);
+		r->any_calls |= r->admit[e->route] == BREAKER_CALLS;
+	}
+	choose_routes(r, -1, t->delivery, r->start, r->stay);
 }
 
 /*
@@ -187,8 +207,8 @@ sender_claim_jobs(void)
 		TimestampTz retry_at;
 		NotifBreakerAdmit admit;
 		NotifClaimRoute claim_route;
-		int			probe_start[MAX_ROUTES] = {0};
-		int			probe_stay[MAX_ROUTES] = {0};
+		int			probe_start[MAX_ROUTES];
+		int			probe_stay[MAX_ROUTES];
 		bool		probe = false;
 		int			k,
 					want,
@@ -203,8 +223,8 @@ sender_claim_jobs(void)
 			if (!routes.any_calls)
 				expire_while_open(type, now, snapshot, &next);
 		}
-		k = i - routes.first;
-		if (k >= routes.n)
+		k = type->route;
+		if (k < 0 || k >= routes.n)
 			continue;			/* past MAX_ROUTES (the CHECK forbids it) */
 		admit = routes.admit[k];
 		if (admit == BREAKER_WAITS)
@@ -276,24 +296,7 @@ sender_claim_jobs(void)
 		claim_route.route = k + 1;
 		if (probe)
 		{
-			int			d,
-						j2;
-
-			/* the jobs that, from where they start, meet this route first */
-			for (d = 0; d < routes.n; d++)
-				for (j2 = 0; j2 < routes.n; j2++)
-				{
-					int			r = (d + j2) % routes.n;
-
-					if (r == k)
-						probe_start[d] = k + 1;
-					if (r == k || routes.admit[r] == BREAKER_CALLS)
-						break;
-				}
-			/* a retry for a window: to its own provider only, at_most_once */
-			for (d = 0; d < routes.n; d++)
-				probe_stay[d] = type->delivery == AT_MOST_ONCE ? (d == k ? k + 1 : 0)
-					: probe_start[d];
+			choose_routes(&routes, k, type->delivery, probe_start, probe_stay);
 			claim_route.start = probe_start;
 			claim_route.stay = probe_stay;
 		}

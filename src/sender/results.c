@@ -40,6 +40,7 @@ make_result(NotifResult *r, NotifEvent event, const NotifJobRef *job,
 							   now, job->deadline_at, retry_after_ms, &job->dedup, reported,
 							   event == EVENT_CALL_ENDED ? job->lookup : LOOKUP_NONE,
 							   event == EVENT_CALL_ENDED && job->breaker_open,
+							   event == EVENT_CALL_ENDED && job->probe,
 							   event == EVENT_CALL_ENDED && job->next_route);
 	r->error = r->next.row->note ? r->next.row->note : error;
 	if (r->next.row->when == COND_BREAKER_OPEN)
@@ -199,6 +200,10 @@ sender_finished_results(NotifResult **out)
 		bool		was_reported = call->outcome == OUTCOME_UNKNOWN &&
 			in_list(call->job.id, reported, n_reported);
 
+		/* a probe that met the provider down: due when the next may go */
+		call->job.probe = call->probe;
+		if (call->probe && call->outcome == OUTCOME_UNREACHED)
+			retry_after = call->breaker_cooldown_ms;
 		/* an at_least_once retry made for the window that started after it */
 		call->job.dedup.started_late = call->job.dedup.retry && call->started_at != 0 &&
 			call->started_at >= call->job.dedup.until;

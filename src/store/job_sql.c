@@ -88,10 +88,10 @@ static const char *const sql_lane_types =
  * none, it waits; sender/claim.c).  Such a claim looks at the first $15
  * due jobs of the type only: one for a route few jobs are meant for never
  * walks a backlog meant for another (the rest wait their turn).  With $10,
- * only the late jobs
- * are locked and written (their provider's breaker is open: the others
- * wait; their work rows, in the unlogged notif_active, are locked only).  A late job is not held and has no call; a
- * claimed one is held by the sender ($3).  sent_at is set when a status
+ * only the late jobs are locked and written (their provider's breaker is
+ * open: the others wait; their work rows, in the unlogged notif_active,
+ * are locked only).  A late job is not held and has no call; a claimed
+ * one is held by the sender ($3).  sent_at is set when a status
  * becomes 'sent'.
  * The due jobs come from notif_active: "work" takes its first $2 due rows
  * of the type whose job is queued, in next_at order, locking them and

@@ -63,12 +63,15 @@ ok(wait_until($node,
 		q{SELECT count(*) FILTER (WHERE status = 'queued' AND claimed_by IS NULL) || ' ' || count(*) FILTER (WHERE tries <= 1)
 		    FROM notif_job WHERE kind IN ('otp_down', 'promo_down')}, '10 10'),
 	'while it is open every job waits, queued, having spent at most its first try');
+# which promotions spent a try before it opened depends on the senders' order
+my $promo_tries = $node->safe_psql('postgres',
+	q{SELECT sum(tries) FROM notif_job WHERE kind = 'promo_down'});
 ok(wait_until($node, q{SELECT count(*) = 5 FROM notif_job WHERE kind = 'otp_down' AND status = 'expired'}),
 	'the OTPs still expire at their deadline (claim_late)');
 is($node->safe_psql('postgres',
-		q{SELECT count(*) FILTER (WHERE status = 'queued') || ' ' || max(tries)
+		q{SELECT count(*) FILTER (WHERE status = 'queued') || ' ' || sum(tries)
 		    FROM notif_job WHERE kind = 'promo_down'}),
-	'5 1', 'the promotions, with no deadline, still wait, no try spent while it is open');
+	"5 $promo_tries", 'the promotions, with no deadline, still wait, no try spent while it is open');
 ok(wait_until($node, q{SELECT count(*) = 3 FROM notif_job WHERE kind = 'promo_unguarded' AND status = 'failed' AND tries = 2}),
 	'a provider without a breaker (NULL): each job spends its tries and fails, as before');
 is(health('unguarded'), 'closed 0 0 -', '  and shows closed, no failures counted');
@@ -130,5 +133,32 @@ is($node->safe_psql('postgres',
 	'sent/unknown sent/unknown sent/unknown',
 	'the promotions whose calls ended 5xx are not sent again (at_most_once)');
 like(health('gw'), qr/^closed 0 [1-9]\d* HTTP 5\d\d$/, 'closed: no failure in a row; the refused calls and the last error stay shown');
+
+# --- a probe that never reached the provider gives its try back (alo_probe_unreached) ---
+# Down for longer than max_tries cooldowns: without it, the probes would
+# spend the OTP's tries, one per cooldown, and fail it while it waits.
+set_provider($node, 'flaky', $closed, breaker_threshold => 1, breaker_cooldown => q('1 s'),
+	idempotency_header => q('Idempotency-Key'),
+	connect_timeout => q('500 ms'));
+$node->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, deadline, provider, backoff_min, backoff_max) VALUES
+		('otp_probe', 'at_least_once', 2, '1 minute', 'flaky', '100 ms', '100 ms')});
+my $otp = $node->safe_psql('postgres', q{SELECT notif_enqueue(7, 'otp_probe', 'p7', '{"text": "code"}')});
+ok(wait_until($node, q{SELECT consecutive_failures >= 3 FROM notif_provider_health WHERE name = 'flaky'}),
+	'its first call opened the breaker; two probes since met it down');
+# between two probes (a probe holds it for a moment)
+ok(wait_until($node,
+		qq{SELECT status || ' ' || tries || ' ' || outcome || ' ' || (SELECT count(*) FROM notif_attempt WHERE job_id = $otp)
+		     FROM notif_job WHERE id = $otp}, 'queued 1 unreached 1'),
+	'alo_probe_unreached: the OTP still waits with the one try its first call spent; no attempt row per probe');
+$node->safe_psql('postgres', qq{UPDATE notif_provider SET url = '$sim->{url}' WHERE name = 'flaky'});
+ok(wait_until($node, qq{SELECT status = 'sent' FROM notif_job WHERE id = $otp}),
+	'the provider is back: the next probe delivers the OTP');
+is($node->safe_psql('postgres',
+		qq{SELECT string_agg(try || ':' || outcome, ' ' ORDER BY try) FROM notif_calls WHERE job_id = $otp})
+	  . ' ' . $node->safe_psql('postgres', qq{SELECT tries FROM notif_job WHERE id = $otp}),
+	'1:unreached 2:accepted 2', 'its calls: the first, unreached, and the probe that was answered, its second try');
+is(ledger($sim)->{'otp_probe:7:p7'}{delivered}, 1, 'delivered once');
+is(health('flaky') =~ s/ .*//r, 'closed', 'the answered probe closed the breaker');
 
 done_testing();
