@@ -257,6 +257,11 @@ ALTER TABLE notif_type
         CHECK (fallback_after > interval '0' AND isfinite(fallback_after));
 
 COMMENT ON COLUMN notif_type.fallback_type IS 'the type of the one job enqueued when a job of this type fails, expires, or has no delivered report within fallback_after (its payload: the job''s "fallback" member); NULL: none';
+ALTER TABLE notif_job
+    ADD COLUMN fallback_of bigint;
+
+COMMENT ON COLUMN notif_job.fallback_of IS 'the job whose channel fallback this job is (its type''s fallback_type); NULL: enqueued by the application';
+
 COMMENT ON COLUMN notif_type.fallback_after IS 'how long after its accepted call a job waits for a delivered report (notif_dlr) before its fallback goes; NULL: only failed and expired jobs fall back';
 
 CREATE OR REPLACE FUNCTION notif_dlr(key text, delivered boolean,
@@ -307,8 +312,9 @@ BEGIN
         END IF;
     END IF;
 
-    -- (1.4) delivered: the fallback its type holds for such a report
-    -- (fallback_after) is not needed; cancelled, if it has not gone out
+    -- (1.4) delivered: the fallback the sender wrote for this job, held
+    -- for such a report (fallback_after), is not needed; cancelled, if it
+    -- has not gone out.  A job the application enqueued is never touched.
     IF delivered AND job IS NOT NULL THEN
         FOR fb IN
             SELECT f.id
@@ -319,6 +325,7 @@ BEGIN
                AND f.kind OPERATOR(pg_catalog.=) t.fallback_type
                AND f.order_id OPERATOR(pg_catalog.=) j.order_id
              WHERE j.id OPERATOR(pg_catalog.=) job
+               AND f.fallback_of OPERATOR(pg_catalog.=) job
                AND f.status OPERATOR(pg_catalog.=) 'queued'
         LOOP
             SELECT * INTO d FROM @extschema@.notif_decide('notif_dlr', fb, 'cancel', false);

@@ -137,23 +137,6 @@ pool_room_left(int i, const int *claimed)
 	return room;
 }
 
-/* The jobs a claim found late, now expired: their fallback. */
-static void
-fallbacks_of_late(const NotifClaimedJob *jobs, int n)
-{
-	int64	   *ids;
-	int			k = 0,
-				j;
-
-	if (!sender.any_fallback || n == 0)
-		return;
-	ids = palloc(sizeof(int64) * n);
-	for (j = 0; j < n; j++)
-		if (jobs[j].deadline_passed)
-			ids[k++] = jobs[j].id;
-	sender_fallbacks(ids, k);
-}
-
 static void
 expire_while_open(NotifTypeConf *type, TimestampTz now, Snapshot snapshot, TimestampTz *next)
 {
@@ -168,7 +151,7 @@ expire_while_open(NotifTypeConf *type, TimestampTz now, Snapshot snapshot, Times
 	{
 		n = notif_sql_claim(type->code, type->delivery, notif_batch_size, true, NULL,
 							sender.incarnation, snapshot, sender.round_cxt, &jobs);
-		fallbacks_of_late(jobs, n);
+		sender_fallbacks_of_late(jobs, n);
 		type->expired_at = now;
 		again = TimestampTzPlusMilliseconds(now, EXPIRE_WHILE_OPEN_MS);
 	}
@@ -306,7 +289,7 @@ sender_claim_jobs(void)
 		n = notif_sql_claim(type->code, type->delivery, granted, false,
 							type->n_routes > 1 ? &claim_route : NULL, sender.incarnation,
 							snapshot, sender.round_cxt, &jobs);
-		fallbacks_of_late(jobs, n);
+		sender_fallbacks_of_late(jobs, n);
 
 		for (j = 0; j < n; j++)
 		{

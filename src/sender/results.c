@@ -217,16 +217,3 @@ sender_finished_results(NotifResult **out)
 	*out = results;
 	return n;
 }
-
-
-/*
- * Channel fallback for these jobs, just ended (or accepted), in the round's
- * transaction: the statement decides which fall back (job_sql.c); one due
- * now wakes the senders once the round commits.
- */
-void
-sender_fallbacks(const int64 *ids, int n)
-{
-	if (sender.any_fallback && n > 0 && notif_sql_fallback(ids, n) > 0)
-		sender.fallback_wake = true;
-}

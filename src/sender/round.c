@@ -108,6 +108,7 @@ sender_reload_config(void)
 	sender.config_cxt = cxt;
 	sender.types = fresh;
 	sender.n_types = n;
+	/* database-wide, the same on every row (a round recovers any lane's jobs) */
 	sender.any_fallback = n > 0 && fresh[0].any_fallback;
 	notif_http_config_read(fresh, n);
 	notif_push_auth_keep_only(fresh, n);
@@ -208,8 +209,11 @@ sender_max_inflight(void)
 bool
 sender_has_work(void)
 {
+	TimestampTz fallbacks_at = sender_fallbacks_retry_at();
+
 	return !dlist_is_empty(&sender.finished) || sender.need_recovery || sender.config_stale ||
-		(!dlist_is_empty(&sender.passed) && sender.passed_at <= GetCurrentTimestamp());
+		(!dlist_is_empty(&sender.passed) && sender.passed_at <= GetCurrentTimestamp()) ||
+		(fallbacks_at != 0 && fallbacks_at <= GetCurrentTimestamp());
 }
 
 /*
@@ -235,23 +239,6 @@ let_recorded_go(const bool *passed)
 		else
 			sender_free_call(call);
 	}
-}
-
-/* The jobs whose end (or accepted call) the round recorded, for their fallback. */
-static void
-fallbacks_of(const NotifResult *results, int n, const bool *passed)
-{
-	int64	   *ids;
-	int			k = 0,
-				i;
-
-	if (!sender.any_fallback || n == 0)
-		return;
-	ids = palloc(sizeof(int64) * n);
-	for (i = 0; i < n; i++)
-		if (!passed[i] && results[i].next.status != STATUS_QUEUED)
-			ids[k++] = results[i].job_id;
-	sender_fallbacks(ids, k);
 }
 
 /*
@@ -289,11 +276,12 @@ sender_round(bool want_claim)
 			sender_recover_orphans();
 		}
 		sender_retake_passed(ShutdownRequestPending);
+		sender_fallbacks_pending();
 		n_results = sender_finished_results(&results);
 		/* read after the commit: not in the SPI or transaction memory */
 		passed = MemoryContextAllocZero(sender.round_cxt, sizeof(bool) * Max(n_results, 1));
 		sender_record(results, n_results, passed);
-		fallbacks_of(results, n_results, passed);
+		sender_fallbacks_of_results(results, n_results, passed);
 		notif_push_record_unregistered(&sender.finished);
 		if (want_claim && !ShutdownRequestPending)
 			sender_claim_jobs();
@@ -305,12 +293,13 @@ sender_round(bool want_claim)
 	PopActiveSnapshot();
 	confirmed = notif_commit_round(sender.slot,
 								   ShutdownRequestPending && dlist_is_empty(&sender.claimed));
+	sender_fallbacks_committed();
 	pgstat_report_stat(false);
 	sender.activity_stale = true;
 	if (sender.fallback_wake)
 	{
 		sender.fallback_wake = false;
-		notif_wake_senders();	/* a fallback due now, maybe another lane's */
+		notif_wake_senders();	/* fallbacks written, maybe another lane's */
 	}
 
 	if (!installed)
@@ -359,6 +348,8 @@ sender_round_failed(void)
 	edata = CopyErrorData();
 	FlushErrorState();
 	AbortCurrentTransaction();
+	sender_fallbacks_rolled_back();
+	sender.fallback_wake = false;
 	sender_discard_claimed();
 	notif_throttle_release(sender.grant_slot, sender.grant_left, true);
 	sender.grant_left = 0;

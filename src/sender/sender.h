@@ -150,8 +150,16 @@ extern int	sender_max_inflight(void);
 extern void sender_round(bool want_claim);
 extern void sender_round_failed(void);
 
-/* sender/results.c: channel fallback for jobs just ended */
+/* sender/fallback.c: channel fallback for the jobs a round ends */
+struct NotifResult;
+struct NotifClaimedJob;
 extern void sender_fallbacks(const int64 *ids, int n);
+extern void sender_fallbacks_pending(void);
+extern void sender_fallbacks_of_results(const struct NotifResult *results, int n, const bool *passed);
+extern void sender_fallbacks_of_late(const struct NotifClaimedJob *jobs, int n);
+extern void sender_fallbacks_committed(void);
+extern void sender_fallbacks_rolled_back(void);
+extern TimestampTz sender_fallbacks_retry_at(void);
 
 /* sender/claim.c */
 extern void sender_claim_jobs(void);

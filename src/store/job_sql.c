@@ -398,17 +398,20 @@ static const char *const sql_purge =
 /*
  * Channel fallback: for the jobs $1 whose end (or accepted call) was just
  * written, a job of their type's fallback_type, the same user and order,
- * the payload's "fallback" member; due at once after a failed or expired
- * job (not a cancelled one), fallback_after later after an accepted call
- * (a delivered report cancels it: notif_dlr).  The unique key makes it one.
- * Returns how many are due now.
+ * the payload's "fallback" member, fallback_of the job; due at once after
+ * a failed or expired job (not a cancelled one), fallback_after later
+ * after an accepted call (a delivered report cancels it: notif_dlr).  The
+ * unique key makes it one; a key already taken is passed over before the
+ * insert, which waits only for an enqueue of that key not yet committed
+ * (sender/fallback.c bounds the wait).  Returns how many it wrote.
  */
 static const char *const sql_fallback =
 "WITH fb AS ("
-"    INSERT INTO %s.notif_job (user_id, kind, order_id, payload, next_at, deadline_at)"
+"    INSERT INTO %s.notif_job (user_id, kind, order_id, payload, next_at, deadline_at, fallback_of)"
 "    SELECT j.user_id, t.fallback_type, j.order_id, j.payload -> 'fallback',"
 "           CASE WHEN j.status = 'sent' THEN now() + t.fallback_after ELSE now() END,"
-"           CASE WHEN j.status = 'sent' THEN now() + t.fallback_after ELSE now() END + ft.deadline"
+"           CASE WHEN j.status = 'sent' THEN now() + t.fallback_after ELSE now() END + ft.deadline,"
+"           j.id"
 "      FROM %s.notif_job j"
 "      JOIN %s.notif_type t ON t.code = j.kind"
 "      JOIN %s.notif_type ft ON ft.code = t.fallback_type"
@@ -417,9 +420,12 @@ static const char *const sql_fallback =
 "       AND NOT EXISTS (SELECT FROM %s.notif_dlr d WHERE d.job_id = j.id AND d.delivered)"
 "       AND ((j.status IN ('failed', 'expired') AND j.last_error IS DISTINCT FROM 'cancelled')"
 "            OR (j.status = 'sent' AND j.outcome = 'accepted' AND t.fallback_after IS NOT NULL))"
+"       AND NOT EXISTS (SELECT FROM %s.notif_job x"
+"                        WHERE x.user_id = j.user_id AND x.kind = t.fallback_type"
+"                          AND x.order_id = j.order_id)"
 "    ON CONFLICT (user_id, kind, order_id) DO NOTHING"
-"    RETURNING next_at)"
-" SELECT count(*) FILTER (WHERE next_at <= now()) FROM fb";
+"    RETURNING 1)"
+" SELECT count(*) FROM fb";
 
 typedef struct PlanDef
 {

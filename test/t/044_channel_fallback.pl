@@ -4,7 +4,8 @@
 # fallback_after of its accepted call gets one job of the fallback type,
 # the same user and order, its payload the "fallback" member; a delivered
 # report in time cancels it; a cancelled job, or one without a "fallback"
-# member, gets none.
+# member, gets none; an application's uncommitted enqueue of the
+# fallback's key holds no round (sender/fallback.c).
 use strict;
 use warnings;
 use lib 'test';
@@ -82,12 +83,41 @@ sql(q{UPDATE notif_type SET paused = true WHERE code = 'otp_push_bad'});
 my $c = sql("SELECT notif_enqueue(6, 'otp_push_bad', 'o6', $payload)");
 sql("SELECT notif_cancel($c)");
 sql(q{UPDATE notif_type SET paused = false WHERE code = 'otp_push_bad'});
+# a push of the same type failed after the cancel: its SMS is written...
+sql("SELECT notif_enqueue(7, 'otp_push_bad', 'o7', $payload)");
+ok(wait_until($node, q{SELECT count(*) = 1 FROM notif_job WHERE kind = 'otp_sms' AND user_id = 7}),
+	'a push of the type failed after the cancel: its SMS was written');
+# ... and the cancelled one has none
 is(sql(q{SELECT count(*) FROM notif_job WHERE kind = 'otp_sms' AND user_id = 6}), '0', 'a cancelled push gets no SMS');
+
+# the failed push, re-driven, fails again: still the one SMS it had
+my $p3 = sql(q{SELECT id FROM notif_job WHERE kind = 'otp_push_bad' AND user_id = 3});
+is(sql(qq{SELECT fallback_of FROM notif_job WHERE kind = 'otp_sms' AND user_id = 3}), $p3,
+	'notif_job.fallback_of names the push the SMS falls back for');
+sql("SELECT notif_retry($p3)");
+ok(wait_until($node, qq{SELECT status = 'failed' AND earlier_tries > 0 FROM notif_job WHERE id = $p3}),
+	'the failed push, re-driven, failed again');
 is(sql(q{SELECT string_agg(user_id || ':' || n, ' ' ORDER BY user_id) FROM (
            SELECT user_id, count(*) AS n FROM notif_job WHERE kind = 'otp_sms' GROUP BY user_id) c}),
-	'1:1 2:1 3:1 5:1', 'one SMS per push at most');
+	'1:1 2:1 3:1 5:1 7:1', 'one SMS per push at most');
+
+# --- an application's enqueue of the SMS's key, not yet committed, holds no round ---
+my $bg = $node->background_psql('postgres');
+$bg->query_safe(q{BEGIN});
+$bg->query_safe(q{SELECT notif_enqueue(8, 'otp_sms', 'o8', '{"to": "+84900000008", "text": "the app"}')});
+my $p8 = sql("SELECT notif_enqueue(8, 'otp_push_bad', 'o8', $payload)");
+ok(wait_until($node, qq{SELECT status = 'failed' FROM notif_job WHERE id = $p8}),
+	'the push whose SMS key an open transaction holds failed, and was recorded');
+sql("SELECT notif_enqueue(9, 'otp_push_bad', 'o9', $payload)");
+ok(wait_until($node, q{SELECT status = 'sent' FROM notif_job WHERE kind = 'otp_sms' AND user_id = 9}),
+	'the lane went on meanwhile: the next failed push got its SMS');
+$bg->query_safe(q{ROLLBACK});
+$bg->quit;
+ok(wait_until($node, qq{SELECT status = 'sent' AND fallback_of = $p8 FROM notif_job WHERE kind = 'otp_sms' AND user_id = 8}),
+	'the application rolled back: the fallback, pending, was written and sent');
+
 my $l = ledger($sms);
-is(join(',', map { $l->{"otp_sms:$_:o$_"}{received} // 0 } 1, 2, 3, 5), '1,0,1,1',
+is(join(',', map { $l->{"otp_sms:$_:o$_"}{received} // 0 } 1, 2, 3, 5, 6, 7, 8, 9), '1,0,1,1,0,1,1,1',
 	'the SMS provider got each once, and never the cancelled one');
 
 done_testing();
