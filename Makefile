@@ -63,6 +63,7 @@ OBJS = \
 	src/sender/breaker.o \
 	src/sender/calls.o \
 	src/sender/claim.o \
+	src/sender/fallback.o \
 	src/sender/lookup.o \
 	src/sender/report.o \
 	src/sender/request.o \

@@ -233,3 +233,112 @@ CREATE TRIGGER notif_provider_backup_refs
 
 ALTER TABLE notif_dlr
     ADD CONSTRAINT notif_dlr_key_check CHECK (octet_length(key) <= 285) NOT VALID;
+
+/* ---------------------------------------------------------------------
+ * Channel fallback: push first, then SMS
+ *
+ * A job of a type with a fallback_type that ends failed or expired (not
+ * cancelled), or that was accepted and has no delivered report within the
+ * type's fallback_after, gets one job of fallback_type: the same user_id
+ * and order_id (the unique key makes it one, across crashes), its payload
+ * the original payload's "fallback" member (the app writes both at
+ * enqueue; none, no fallback).  The sender writes it in the transaction
+ * that records the first job's end (due at once), or its accepted call
+ * (due fallback_after later); a delivered report cancels the latter
+ * before it goes out.  Docs: doc/reference.md, "Channel fallback".
+ * --------------------------------------------------------------------- */
+
+ALTER TABLE notif_type
+    ADD COLUMN fallback_type text
+        REFERENCES notif_type (code) ON UPDATE CASCADE
+        CONSTRAINT notif_type_fallback_type_check CHECK (fallback_type <> code),
+    ADD COLUMN fallback_after interval
+        CONSTRAINT notif_type_fallback_after_check
+        CHECK (fallback_after > interval '0' AND isfinite(fallback_after));
+
+COMMENT ON COLUMN notif_type.fallback_type IS 'the type of the one job enqueued when a job of this type fails, expires, or has no delivered report within fallback_after (its payload: the job''s "fallback" member); NULL: none';
+ALTER TABLE notif_job
+    ADD COLUMN fallback_of bigint;
+
+COMMENT ON COLUMN notif_job.fallback_of IS 'the job whose channel fallback this job is (its type''s fallback_type); NULL: enqueued by the application';
+
+COMMENT ON COLUMN notif_type.fallback_after IS 'how long after its accepted call a job waits for a delivered report (notif_dlr) before its fallback goes; NULL: only failed and expired jobs fall back';
+
+CREATE OR REPLACE FUNCTION notif_dlr(key text, delivered boolean,
+                          reported_at timestamptz DEFAULT now())
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    parts text[];
+    job bigint;
+    waiting boolean;
+    d record;
+    fb bigint;
+BEGIN
+    IF key IS NULL OR delivered IS NULL THEN
+        RAISE EXCEPTION 'notif_dlr: key and delivered must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+
+    -- key = kind:user_id:order_id (the kind has no ':'; the order_id may)
+    parts := regexp_match(key, '^([^:]+):(-?[0-9]{1,19}):(.+)$');
+    IF parts IS NOT NULL
+       AND parts[2]::numeric BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
+        SELECT j.id, j.status OPERATOR(pg_catalog.=) 'queued' AND j.outcome OPERATOR(pg_catalog.=) 'unknown'
+          INTO job, waiting
+          FROM @extschema@.notif_job j
+         WHERE j.user_id OPERATOR(pg_catalog.=) parts[2]::bigint
+           AND j.kind OPERATOR(pg_catalog.=) parts[1]
+           AND j.order_id OPERATOR(pg_catalog.=) parts[3];
+    END IF;
+
+    INSERT INTO @extschema@.notif_dlr (key, job_id, delivered, reported_at)
+    VALUES (key, job, delivered, coalesce(reported_at, now()));
+
+    -- (1.3) delivered: a job queued again after an ambiguous call is done,
+    -- as the lifecycle's "report" rows say (report_resolves).  Only a job
+    -- that looked so is locked and decided on: the report of a job sent
+    -- (nearly every report) takes no lock.
+    IF delivered AND waiting THEN
+        SELECT * INTO d FROM @extschema@.notif_decide('notif_dlr', job, 'report', false);
+        IF d.to_status IS NOT NULL THEN
+            UPDATE @extschema@.notif_job n
+               SET status = d.to_status, sent_at = now(), resolved_by = 'report'
+             WHERE n.id OPERATOR(pg_catalog.=) job;
+            DELETE FROM @extschema@.notif_active a
+             WHERE a.job_id OPERATOR(pg_catalog.=) job;
+        END IF;
+    END IF;
+
+    -- (1.4) delivered: the fallback the sender wrote for this job, held
+    -- for such a report (fallback_after), is not needed; cancelled, if it
+    -- has not gone out.  A job the application enqueued is never touched.
+    IF delivered AND job IS NOT NULL THEN
+        FOR fb IN
+            SELECT f.id
+              FROM @extschema@.notif_job j
+              JOIN @extschema@.notif_type t ON t.code OPERATOR(pg_catalog.=) j.kind
+              JOIN @extschema@.notif_job f
+                ON f.user_id OPERATOR(pg_catalog.=) j.user_id
+               AND f.kind OPERATOR(pg_catalog.=) t.fallback_type
+               AND f.order_id OPERATOR(pg_catalog.=) j.order_id
+             WHERE j.id OPERATOR(pg_catalog.=) job
+               AND f.fallback_of OPERATOR(pg_catalog.=) job
+               AND f.status OPERATOR(pg_catalog.=) 'queued'
+        LOOP
+            SELECT * INTO d FROM @extschema@.notif_decide('notif_dlr', fb, 'cancel', false);
+            IF d.to_status IS NOT NULL THEN
+                UPDATE @extschema@.notif_job n
+                   SET status = d.to_status, last_error = d.note, next_at = now()
+                 WHERE n.id OPERATOR(pg_catalog.=) fb;
+                DELETE FROM @extschema@.notif_active a
+                 WHERE a.job_id OPERATOR(pg_catalog.=) fb;
+            END IF;
+        END LOOP;
+    END IF;
+    RETURN job;
+END;
+$$;
+

@@ -96,6 +96,9 @@ typedef struct NotifTypeConf
 								 * type has an entry per route, in order) */
 	int			n_routes;
 	Datum		routes;			/* their names, a text[] */
+	bool		any_fallback;	/* some type of the database has a
+								 * fallback_type (the sender asks for
+								 * fallbacks only then) */
 	NotifRetryPolicy policy;
 	NotifProviderConf provider;
 	TimestampTz expired_at;		/* its late jobs were last expired while

@@ -142,14 +142,16 @@ expire_while_open(NotifTypeConf *type, TimestampTz now, Snapshot snapshot, Times
 {
 	NotifClaimedJob *jobs;
 	TimestampTz again;
+	int			n;
 
 	if (!type->has_deadline)
 		return;
 	again = TimestampTzPlusMilliseconds(type->expired_at, EXPIRE_WHILE_OPEN_MS);
 	if (type->expired_at == 0 || again <= now)
 	{
-		(void) notif_sql_claim(type->code, type->delivery, notif_batch_size, true, NULL,
-							   sender.incarnation, snapshot, sender.round_cxt, &jobs);
+		n = notif_sql_claim(type->code, type->delivery, notif_batch_size, true, NULL,
+							sender.incarnation, snapshot, sender.round_cxt, &jobs);
+		sender_fallbacks_of_late(jobs, n);
 		type->expired_at = now;
 		again = TimestampTzPlusMilliseconds(now, EXPIRE_WHILE_OPEN_MS);
 	}
@@ -287,6 +289,7 @@ sender_claim_jobs(void)
 		n = notif_sql_claim(type->code, type->delivery, granted, false,
 							type->n_routes > 1 ? &claim_route : NULL, sender.incarnation,
 							snapshot, sender.round_cxt, &jobs);
+		sender_fallbacks_of_late(jobs, n);
 
 		for (j = 0; j < n; j++)
 		{

@@ -113,6 +113,15 @@ sender_recover_orphans(void)
 	if (k == 0)
 		return;
 	notif_sql_record(results, k, NULL);
+	{
+		int64	   *ended = palloc(sizeof(int64) * k);
+		int			e = 0;
+
+		for (i = 0; i < k; i++)
+			if (results[i].next.status != STATUS_QUEUED)
+				ended[e++] = results[i].job_id;
+		sender_fallbacks(ended, e);
+	}
 	ereport(LOG,
 			(errmsg("notif_deliver sender of lane \"%s\": recovered %d job(s) left in flight by a stopped sender",
 					sender.lane, k)));
@@ -208,4 +217,3 @@ sender_finished_results(NotifResult **out)
 	*out = results;
 	return n;
 }
-

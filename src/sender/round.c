@@ -108,6 +108,8 @@ sender_reload_config(void)
 	sender.config_cxt = cxt;
 	sender.types = fresh;
 	sender.n_types = n;
+	/* database-wide, the same on every row (a round recovers any lane's jobs) */
+	sender.any_fallback = n > 0 && fresh[0].any_fallback;
 	notif_http_config_read(fresh, n);
 	notif_push_auth_keep_only(fresh, n);
 	sender.config_generation = generation;
@@ -207,8 +209,11 @@ sender_max_inflight(void)
 bool
 sender_has_work(void)
 {
+	TimestampTz fallbacks_at = sender_fallbacks_retry_at();
+
 	return !dlist_is_empty(&sender.finished) || sender.need_recovery || sender.config_stale ||
-		(!dlist_is_empty(&sender.passed) && sender.passed_at <= GetCurrentTimestamp());
+		(!dlist_is_empty(&sender.passed) && sender.passed_at <= GetCurrentTimestamp()) ||
+		(fallbacks_at != 0 && fallbacks_at <= GetCurrentTimestamp());
 }
 
 /*
@@ -271,10 +276,12 @@ sender_round(bool want_claim)
 			sender_recover_orphans();
 		}
 		sender_retake_passed(ShutdownRequestPending);
+		sender_fallbacks_pending();
 		n_results = sender_finished_results(&results);
 		/* read after the commit: not in the SPI or transaction memory */
 		passed = MemoryContextAllocZero(sender.round_cxt, sizeof(bool) * Max(n_results, 1));
 		sender_record(results, n_results, passed);
+		sender_fallbacks_of_results(results, n_results, passed);
 		notif_push_record_unregistered(&sender.finished);
 		if (want_claim && !ShutdownRequestPending)
 			sender_claim_jobs();
@@ -286,8 +293,14 @@ sender_round(bool want_claim)
 	PopActiveSnapshot();
 	confirmed = notif_commit_round(sender.slot,
 								   ShutdownRequestPending && dlist_is_empty(&sender.claimed));
+	sender_fallbacks_committed();
 	pgstat_report_stat(false);
 	sender.activity_stale = true;
+	if (sender.fallback_wake)
+	{
+		sender.fallback_wake = false;
+		notif_wake_senders();	/* fallbacks written, maybe another lane's */
+	}
 
 	if (!installed)
 	{
@@ -335,6 +348,8 @@ sender_round_failed(void)
 	edata = CopyErrorData();
 	FlushErrorState();
 	AbortCurrentTransaction();
+	sender_fallbacks_rolled_back();
+	sender.fallback_wake = false;
 	sender_discard_claimed();
 	notif_throttle_release(sender.grant_slot, sender.grant_left, true);
 	sender.grant_left = 0;

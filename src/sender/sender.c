@@ -136,6 +136,9 @@ wait_timeout_ms(TimestampTz now, bool room)
 	if (!dlist_is_empty(&sender.passed) && sender.backoff_until <= now &&
 		(wake == 0 || sender.passed_at < wake))
 		wake = sender.passed_at;	/* results a lock held back */
+	if (sender_fallbacks_retry_at() != 0 && sender.backoff_until <= now &&
+		(wake == 0 || sender_fallbacks_retry_at() < wake))
+		wake = sender_fallbacks_retry_at();	/* fallbacks a lock held back */
 	if (sender.trim_pending && sender.idle_since != 0)
 	{
 		TimestampTz trim_at = TimestampTzPlusMilliseconds(sender.idle_since,

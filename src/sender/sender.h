@@ -107,6 +107,14 @@ typedef struct NotifSender
 	 */
 	int			probe_held;
 
+	/*
+	 * Channel fallback (notif_type.fallback_type): some type has one, so
+	 * the jobs a round ends are offered to it (sender_fallbacks); one due
+	 * at once wakes the senders after the round commits.
+	 */
+	bool		any_fallback;
+	bool		fallback_wake;
+
 	/* the lane's running senders, itself included, counted at each round */
 	int			lane_senders;
 	int			config_senders; /* lane_senders the configuration was shared for */
@@ -141,6 +149,17 @@ extern bool sender_has_work(void);
 extern int	sender_max_inflight(void);
 extern void sender_round(bool want_claim);
 extern void sender_round_failed(void);
+
+/* sender/fallback.c: channel fallback for the jobs a round ends */
+struct NotifResult;
+struct NotifClaimedJob;
+extern void sender_fallbacks(const int64 *ids, int n);
+extern void sender_fallbacks_pending(void);
+extern void sender_fallbacks_of_results(const struct NotifResult *results, int n, const bool *passed);
+extern void sender_fallbacks_of_late(const struct NotifClaimedJob *jobs, int n);
+extern void sender_fallbacks_committed(void);
+extern void sender_fallbacks_rolled_back(void);
+extern TimestampTz sender_fallbacks_retry_at(void);
 
 /* sender/claim.c */
 extern void sender_claim_jobs(void);

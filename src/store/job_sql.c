@@ -63,7 +63,8 @@ static const char *const sql_lane_types =
 "       p.lookup_found::int8[], p.lookup_not_found::int8[], p.lookup_field,"
 "       p.lookup_found_values, p.lookup_not_found_values,"
 "       p.breaker_threshold, (extract(epoch FROM p.breaker_cooldown) * 1000)::int8,"
-"       t.deadline IS NOT NULL, p.payload_map, r.route::int4, cardinality(rs.routes), rs.routes"
+"       t.deadline IS NOT NULL, p.payload_map, r.route::int4, cardinality(rs.routes), rs.routes,"
+"       EXISTS (SELECT FROM %s.notif_type f WHERE f.fallback_type IS NOT NULL)"
 "  FROM %s.notif_type t"
 "  CROSS JOIN LATERAL (SELECT ARRAY[t.provider] || coalesce(t.backup_providers, '{}') AS routes) rs"
 "  CROSS JOIN LATERAL unnest(rs.routes) WITH ORDINALITY AS r(name, route)"
@@ -394,6 +395,38 @@ static const char *const sql_purge =
 "                     LIMIT $1))"
 " SELECT count(*) FROM gone";
 
+/*
+ * Channel fallback: for the jobs $1 whose end (or accepted call) was just
+ * written, a job of their type's fallback_type, the same user and order,
+ * the payload's "fallback" member, fallback_of the job; due at once after
+ * a failed or expired job (not a cancelled one), fallback_after later
+ * after an accepted call (a delivered report cancels it: notif_dlr).  The
+ * unique key makes it one; a key already taken is passed over before the
+ * insert, which waits only for an enqueue of that key not yet committed
+ * (sender/fallback.c bounds the wait).  Returns how many it wrote.
+ */
+static const char *const sql_fallback =
+"WITH fb AS ("
+"    INSERT INTO %s.notif_job (user_id, kind, order_id, payload, next_at, deadline_at, fallback_of)"
+"    SELECT j.user_id, t.fallback_type, j.order_id, j.payload -> 'fallback',"
+"           CASE WHEN j.status = 'sent' THEN now() + t.fallback_after ELSE now() END,"
+"           CASE WHEN j.status = 'sent' THEN now() + t.fallback_after ELSE now() END + ft.deadline,"
+"           j.id"
+"      FROM %s.notif_job j"
+"      JOIN %s.notif_type t ON t.code = j.kind"
+"      JOIN %s.notif_type ft ON ft.code = t.fallback_type"
+"     WHERE j.id = ANY ($1)"
+"       AND jsonb_typeof(j.payload -> 'fallback') = 'object'"
+"       AND NOT EXISTS (SELECT FROM %s.notif_dlr d WHERE d.job_id = j.id AND d.delivered)"
+"       AND ((j.status IN ('failed', 'expired') AND j.last_error IS DISTINCT FROM 'cancelled')"
+"            OR (j.status = 'sent' AND j.outcome = 'accepted' AND t.fallback_after IS NOT NULL))"
+"       AND NOT EXISTS (SELECT FROM %s.notif_job x"
+"                        WHERE x.user_id = j.user_id AND x.kind = t.fallback_type"
+"                          AND x.order_id = j.order_id)"
+"    ON CONFLICT (user_id, kind, order_id) DO NOTHING"
+"    RETURNING 1)"
+" SELECT count(*) FROM fb";
+
 typedef struct PlanDef
 {
 	const char *const *sql;		/* NULL: built by make_sql */
@@ -407,7 +440,7 @@ typedef struct PlanDef
 enum
 {
 	PLAN_LANE_TYPES, PLAN_CLAIM, PLAN_RECORD, PLAN_RECORD_PASSING, PLAN_ORPHANS, PLAN_NEXT_DUE,
-	PLAN_LANES, PLAN_PURGE, PLAN_MAX_HOLDER, PLAN_BUILD_ACTIVE, PLAN_REPORTED, N_PLANS
+	PLAN_LANES, PLAN_PURGE, PLAN_MAX_HOLDER, PLAN_BUILD_ACTIVE, PLAN_REPORTED, PLAN_FALLBACK, N_PLANS
 };
 
 static PlanDef plans[N_PLANS] = {
@@ -425,6 +458,7 @@ static PlanDef plans[N_PLANS] = {
 	[PLAN_MAX_HOLDER] = {&sql_max_holder, NULL, 0, {0}},
 	[PLAN_BUILD_ACTIVE] = {&sql_build_active, NULL, 0, {0}},
 	[PLAN_REPORTED] = {&sql_reported, NULL, 1, {INT8ARRAYOID}},
+	[PLAN_FALLBACK] = {&sql_fallback, NULL, 1, {INT8ARRAYOID}},
 };
 
 static Oid	plans_extension = InvalidOid;	/* prepared at this library's version */
@@ -682,4 +716,17 @@ notif_sql_purge(int batch_size)
 
 	run(PLAN_PURGE, values, NULL, false, SPI_OK_SELECT);
 	return DatumGetInt64(spi_col(0, 1, &isnull));
+}
+
+/* Channel fallback for these jobs (sql_fallback); returns how many are due now. */
+int64
+notif_sql_fallback(const int64 *ids, int n)
+{
+	Datum		values[1];
+
+	if (n == 0)
+		return 0;
+	values[0] = spi_int8_array_of(ids, n);
+	run(PLAN_FALLBACK, values, NULL, false, SPI_OK_SELECT);
+	return spi_col_int(0, 1);
 }

@@ -136,6 +136,7 @@ extern int64 *notif_sql_reported(const int64 *ids, int n, int *n_out);
 /* the lanes that need a sender, each with its notif_lane.senders (0: the setting's) */
 extern int	notif_sql_lanes(MemoryContext cxt, char ***out, int **senders);
 extern int64 notif_sql_purge(int batch_size);
+extern int64 notif_sql_fallback(const int64 *ids, int n);
 
 /* lane_config.c */
 extern int	notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out);

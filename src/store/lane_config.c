@@ -166,6 +166,7 @@ notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out)
 			t->routes = datumCopy(d, false, -1);
 			MemoryContextSwitchTo(old);
 		}
+		t->any_fallback = DatumGetBool(spi_col(i, 38, &isnull));
 	}
 	*out = types;
 	return (int) SPI_processed;

@@ -263,6 +263,17 @@ my @hooks = (
 
 	# doc/guide.md, 1. Install
 	[ 'doc/guide.md', qr/SET url = 'https:\/\/sms\.example\.com\/v1\/messages'/, 'after', sub { point_at_sim($sim_base) } ],
+	# 4. push first: the push provider at the simulator too
+	[ 'doc/guide.md', qr/^INSERT INTO notif_provider \(name, url, format, headers, idempotency_header\)\nVALUES \('push'/, 'after', sub {
+			q1("UPDATE notif_provider SET url = replace(url, 'https://push.example.com', '$sim_base') WHERE name = 'push'");
+		} ],
+	[ 'doc/guide.md', qr/^SELECT kind, status, outcome, payload->>'text' AS text FROM notif_job/, 'after', sub {
+			is(join(',', map { ledger_key($sim, $_) } qw(otp_push:812:login-9d10 otp:812:login-9d10)),
+				'1 1 1,1 1 1', 'the push and, 5 s later, its SMS reached the provider once each');
+			is(last_request($sim, 'otp:812:login-9d10')->{body},
+				'{"to": "+84901234567", "text": "Your code: 551234", "client_ref": "otp:812:login-9d10"}',
+				'the SMS carried the fallback member (and, as every OTP, its key as client_ref)');
+		} ],
 	# 2. Enqueue
 	[ 'doc/guide.md', qr/^BEGIN;\nINSERT INTO payment VALUES \(55001/, 'after', sub {
 			is(q1(q{BEGIN; SELECT notif_enqueue(812, 'giao_dich', 55002, '{}') IS NOT NULL; ROLLBACK;
