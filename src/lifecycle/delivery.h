@@ -169,6 +169,9 @@ struct NotifCall
 	bool		headers_secret; /* wiped when freed: they carry a token */
 	bool		head;			/* a HEAD request (a status lookup) */
 	char	   *lookup_url;		/* ask this status lookup before the call */
+	char	   *lookup_provider;	/* of this provider: the one that took the
+									 * job's last call (a backup may take
+									 * this one) */
 	void	   *on_done_arg;
 	int			pool;			/* http.c's connection pool, while in flight */
 

@@ -61,13 +61,25 @@ sender_new_call(NotifTypeConf *type, NotifClaimedJob *job)
 	key = psprintf("%s:" INT64_FORMAT ":%s", type->code, job->user_id, job->order_id);
 	notif_build_request(call, &type->provider, key, job->payload);
 	/*
-	 * a retry after an unknown outcome: ask the provider first (lookup.c),
-	 * when it is the one that took that call (a backup's copy is a
-	 * possible duplicate)
+	 * a retry after an unknown outcome: first ask the provider that took
+	 * that call (lookup.c), whichever takes this one; found, no call (a
+	 * backup's copy would be a duplicate).  Not while its breaker is open:
+	 * a provider that is down answers no lookup either.
 	 */
-	if (job->after_unknown && type->delivery == AT_LEAST_ONCE && type->provider.lookup &&
-		same_provider)
-		call->lookup_url = sender_lookup_url(type->provider.lookup, key);
+	if (job->after_unknown && type->delivery == AT_LEAST_ONCE)
+	{
+		const NotifProviderConf *asked = same_provider ? &type->provider :
+			notif_lane_provider(sender.types, sender.n_types, job->last_provider);
+		TimestampTz until;
+
+		if (asked && asked->lookup &&
+			(same_provider ||
+			 notif_breaker_admit(asked, GetCurrentTimestamp(), &until) == BREAKER_CALLS))
+		{
+			call->lookup_url = sender_lookup_url(asked->lookup, key);
+			call->lookup_provider = pstrdup(asked->name);
+		}
+	}
 	MemoryContextSwitchTo(old);
 	return call;
 }

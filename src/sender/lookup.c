@@ -158,7 +158,7 @@ lookup_done(NotifCall *look)
 	const NotifProviderConf *provider;
 
 	/* read by the provider's rules as they are now; none: no answer */
-	provider = notif_lane_provider(sender.types, sender.n_types, call->provider);
+	provider = notif_lane_provider(sender.types, sender.n_types, call->lookup_provider);
 	if (provider != NULL && provider->lookup != NULL)
 	{
 		MemoryContext old = MemoryContextSwitchTo(look->cxt);
@@ -197,11 +197,13 @@ sender_lookup_start(NotifCall *call, TimestampTz now)
 	NotifCall  *look;
 	struct curl_slist *h;
 
-	long		timeout_ms = call->timeout_ms;
+	long		timeout_ms;
 
-	provider = notif_lane_provider(sender.types, sender.n_types, call->provider);
+	/* the provider asked: the call's, or the one that took its last call */
+	provider = notif_lane_provider(sender.types, sender.n_types, call->lookup_provider);
 	if (provider == NULL || provider->lookup == NULL)
 		return false;
+	timeout_ms = provider->timeout_ms;
 	if (call->job.deadline_at != 0)
 	{
 		/* the call must still be able to start and end before the deadline */
@@ -218,13 +220,13 @@ sender_lookup_start(NotifCall *call, TimestampTz now)
 	look->cxt = cxt;
 	look->job = call->job;
 	look->timeout_ms = timeout_ms;
-	look->connect_timeout_ms = call->connect_timeout_ms;
+	look->connect_timeout_ms = provider->connect_timeout_ms;
 	look->throttle = -1;
 	look->url = call->lookup_url;
-	look->provider = call->provider;
-	look->format = call->format;
-	look->max_connections = call->max_connections;
-	look->ca_cert = call->ca_cert;
+	look->provider = call->lookup_provider;
+	look->format = provider->format;
+	look->max_connections = provider->max_connections;
+	look->ca_cert = provider->ca_cert ? pstrdup(provider->ca_cert) : NULL;
 	look->head = provider->lookup->head;
 	for (h = provider->lookup->headers; h; h = h->next)
 		look->headers = curl_slist_append(look->headers, h->data);

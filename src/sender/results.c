@@ -212,7 +212,9 @@ sender_finished_results(NotifResult **out)
 		make_result(&results[n], EVENT_CALL_ENDED, &call->job, call->outcome,
 					call->http_status, error, call->started_at, call->ended_at,
 					retry_after, now, was_reported);
-		results[n++].provider = call->provider;
+		/* found by the lookup: the provider asked has it (maybe not this call's) */
+		results[n++].provider = (call->job.lookup == LOOKUP_FOUND && call->lookup_provider) ?
+			call->lookup_provider : call->provider;
 	}
 	*out = results;
 	return n;

@@ -114,6 +114,23 @@ is(calls_of('alert', 'a1'), 'gw_c unknown, gw_b accepted', 'alo_next_route: the 
 is(calls_of('promo_c', 'c1'), 'gw_c unknown', 'amo_unknown: the at_most_once promotion did not');
 is(ledger_key($sim_b, 'promo_c:7:c1'), '0 0 0', 'gw_b never got it');
 
+# --- after an ambiguous call the provider that took it is asked first,
+# whichever provider takes the retry: found there, no copy elsewhere ---
+my $status_c = $sim_c->{url} =~ s{/send$}{/status/{key}}r;
+set_provider($node, 'gw_d', $sim_c->{url}, idempotency_header => q('Idempotency-Key'),
+	timeout => q('1 s'), headers => q('{"X-Sim-Fault": "timeout_delivered"}'),
+	lookup_url => qq('$status_c'));
+sql(q{INSERT INTO notif_type (code, delivery, max_tries, deadline, provider, backup_providers, backoff_min, backoff_max)
+      VALUES ('alert_d', 'at_least_once', 4, '1 minute', 'gw_d', '{gw_b}', '100 ms', '200 ms')});
+sql(q{SELECT notif_enqueue(8, 'alert_d', 'd1', '{"to": "+1", "text": "paid"}')});
+ok(wait_until($node, q{SELECT status = 'sent' FROM notif_job WHERE kind = 'alert_d'}),
+	'the alert whose call to gw_d timed out (delivered there) ends sent');
+is(sql(q{SELECT resolved_by || ' ' || provider FROM notif_job WHERE kind = 'alert_d'})
+	  . ', ' . calls_of('alert_d', 'd1'),
+	'lookup_found gw_d, gw_d unknown',
+	'alo_lookup_found: gw_d\'s status lookup, asked before gw_b took the retry, found it');
+is(ledger_key($sim_b, 'alert_d:8:d1'), '0 0 0', 'gw_b never got it: no duplicate');
+
 # --- payload_map is an allow-list: a member it does not name never reaches
 # the provider (a query-format gateway's own parameters: Kannel's dlr-url) ---
 set_provider($node, 'gateway_q', $sim_b->{url}, format => q('query'), idempotency_header => q('Idempotency-Key'),
