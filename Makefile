@@ -9,11 +9,13 @@
 #                        unstable chroots, kept between runs), then test-upgrade (test/matrix)
 #   make test-upgrade    pg_upgrade of a cluster in use from 15 to 17 (test/upgrade/run)
 #   make demo            a throwaway cluster delivering the example types (test/demo)
-#   make bench           every benchmark under test/bench; writes doc/benchmarks.md and
-#                        doc/benchmarks-peers.md (test/bench/run)
+#   make bench           every benchmark of doc/benchmarks.md (test/bench/run); keeps each
+#                        script's results in test/bench/results/ and writes doc/benchmarks.md
+#                        and doc/benchmarks-peers.md from all of them
 #   make soak            an hour at a steady rate with a short retention: sizes, dead tuples,
 #                        autovacuum runs, OTP p99 a minute (test/bench/soak.sh; not in CI or bench);
-#                        writes doc/data/soak.*, doc/img/soak.png and its section of doc/benchmarks.md
+#                        keeps its results in test/bench/results/, writes doc/img/soak.png and
+#                        doc/benchmarks.md
 #   make bench-majors    the headline enqueue and dispatch benchmarks on 15, 17 and 18 side by
 #                        side (test/bench/majors.sh; after make test-matrix)
 #   make deb             the Debian package postgresql-N-notif-deliver for this machine's major,

@@ -46,12 +46,12 @@
 # PEERS_SYSTEMS ["nd pgq gw boss"]; PEERS_PARTS ["throughput semantics
 # latency"]; PEERS_KILLS [5]; PEERS_KILL_GAP_MS [300] (at least between two
 # kills, after the new worker is ready); PEERS_INFLIGHT [512];
-# BENCH_PORT, BENCH_SIM_PORT, BENCH_OUT (see lib.sh).  The workers' settings
+# BENCH_PORT, BENCH_SIM_PORT, BENCH_OUT (see lib/common.sh).  The workers' settings
 # are printed as RESULT lines (peers_setting_*).  Prints RESULT and ROW
 # lines for test/bench/run (doc/benchmarks-peers.md).
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/peers_lib.sh"
+. "$(dirname "$0")/lib/common.sh"
+. "$(dirname "$0")/lib/peers_lib.sh"
 
 N=${PEERS_JOBS:-$(bench_scale 100000)}
 SEM_N=${PEERS_SEM_JOBS:-$(bench_scale 20000)}
