@@ -34,7 +34,7 @@
 #    on another every 20 ms: p50/p99 enqueue-to-arrival of the OTPs
 #    (graphile-worker twice: see peers/gw.cjs).
 # Then every row where a peer did better, with the reason (table peers_wins).
-# The headline of doc/benchmarks.md (its section "peers") comes from the
+# The headline of doc/benchmarks.md (its section 5) comes from the
 # same run: tables peers_head, peers_sem_head and peers_wins_head (the wins
 # per peer, in short), and peers_stale_note (what stale statistics cost
 # notif_deliver's claims, in a sentence that follows the numbers).

@@ -35,7 +35,7 @@
 # right).  The last_error of the unaccepted jobs is summed up per type.
 #
 #   make soak                                   installs and builds what it needs, then the hour,
-#                                               then its section of doc/benchmarks.md (SOAK_DOC=1)
+#                                               then keeps its results and writes doc/benchmarks.md (SOAK_DOC=1)
 #   bash test/bench/soak.sh                     the hour alone (extension installed, simulator built)
 #   SOAK_MINUTES=5 SOAK_RETENTION='1 minute' bash test/bench/soak.sh   a short check
 #
