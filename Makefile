@@ -9,11 +9,13 @@
 #                        unstable chroots, kept between runs), then test-upgrade (test/matrix)
 #   make test-upgrade    pg_upgrade of a cluster in use from 15 to 17 (test/upgrade/run)
 #   make demo            a throwaway cluster delivering the example types (test/demo)
-#   make bench           every benchmark under test/bench; writes doc/benchmarks.md and
-#                        doc/benchmarks-peers.md (test/bench/run)
+#   make bench           every benchmark of doc/benchmarks.md (test/bench/run); keeps each
+#                        script's results in test/bench/results/ and writes doc/benchmarks.md
+#                        and doc/benchmarks-peers.md from all of them
 #   make soak            an hour at a steady rate with a short retention: sizes, dead tuples,
 #                        autovacuum runs, OTP p99 a minute (test/bench/soak.sh; not in CI or bench);
-#                        writes doc/data/soak.*, doc/img/soak.png and its section of doc/benchmarks.md
+#                        keeps its results in test/bench/results/, writes doc/img/soak.png and
+#                        doc/benchmarks.md
 #   make bench-majors    the headline enqueue and dispatch benchmarks on 15, 17 and 18 side by
 #                        side (test/bench/majors.sh; after make test-matrix)
 #   make deb             the Debian package postgresql-N-notif-deliver for this machine's major,
@@ -27,57 +29,9 @@
 # (PL/Proxy): doc/shards.md
 EXTENSION = notif_deliver notif_deliver_router
 MODULE_big = notif_deliver
-OBJS = \
-	src/notif_deliver.o \
-	src/core/catalog.o \
-	src/core/excerpt.o \
-	src/core/guc.o \
-	src/core/ha.o \
-	src/core/shmem.o \
-	src/core/wake.o \
-	src/core/workers.o \
-	src/lifecycle/delivery.o \
-	src/lifecycle/job_names.o \
-	src/lifecycle/job_state.o \
-	src/lifecycle/job_state_sql.o \
-	src/http/handles.o \
-	src/http/http.o \
-	src/http/pools.o \
-	src/http/ramp.o \
-	src/http/sockets.o \
-	src/http/trust.o \
-	src/push/answer.o \
-	src/push/apns.o \
-	src/push/auth.o \
-	src/push/fcm.o \
-	src/push/json.o \
-	src/push/payload.o \
-	src/push/token.o \
-	src/push/unregistered.o \
-	src/store/job_rows.o \
-	src/store/job_sql.o \
-	src/store/lane_config.o \
-	src/store/planner_policy.o \
-	src/store/spi_values.o \
-	src/sender/batch.o \
-	src/sender/breaker.o \
-	src/sender/calls.o \
-	src/sender/claim.o \
-	src/sender/fallback.o \
-	src/sender/lookup.o \
-	src/sender/report.o \
-	src/sender/request.o \
-	src/sender/results.o \
-	src/sender/round.o \
-	src/sender/sender.o \
-	src/sender/throttle.o \
-	src/launcher/connect.o \
-	src/launcher/launcher.o \
-	src/enqueue/enqueue.o \
-	src/enqueue/fast.o \
-	src/enqueue/fk.o \
-	src/enqueue/indexes.o \
-	src/enqueue/type_cache.o
+# every .c of src/ and its subsystem folders (src/README.md): a new file
+# needs no line here
+OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c src/*/*.c)))
 
 # The install script of the version in progress is built, never edited: the
 # last released one followed by the update to it (a schema change is

@@ -25,10 +25,10 @@
 #
 # Environment: CLAIM_CLIENTS [1] pgbench clients (more only contend for
 # the same index pages: 2 and 4 were slower on 2 cores); CLAIM_BATCH [100];
-# CLAIM_ROUNDS [3]; BENCH_PORT (see test/bench/lib.sh).  Needs the
+# CLAIM_ROUNDS [3]; BENCH_PORT (see test/bench/lib/common.sh).  Needs the
 # extension installed (make install).
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib/common.sh"
 CLIENTS=${CLAIM_CLIENTS:-1}
 BATCH=${CLAIM_BATCH:-100}
 

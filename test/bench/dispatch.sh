@@ -26,7 +26,7 @@
 # DISPATCH_FLOOR [1] (0: no floor; a floor client that does not build is
 # skipped with a warning, its results "not measured");
 # CLAIM_CLIENTS (see claim_limit.sh);
-# BENCH_PORT, BENCH_SIM_PORT (see test/bench/lib.sh).  Needs the extension
+# BENCH_PORT, BENCH_SIM_PORT (see test/bench/lib/common.sh).  Needs the extension
 # installed (make install) and the simulator built (make -C test/sim).
 # Prints a table, then the medians as lines "RESULT name value":
 #   dispatch_0ms_jobs_per_s  dispatch_0ms_pg_cpu_per_1k  dispatch_0ms_sender_cpu_per_1k
@@ -55,7 +55,7 @@
 #   sender could drain on this machine, with the simulator on the same
 #   cores, as a fraction of the limit)
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib/common.sh"
 JOBS=${1:-200000}
 INFLIGHT=${2:-512}
 ROUNDS=${DISPATCH_ROUNDS:-3}

@@ -12,9 +12,9 @@
 #   bash test/bench/drain_phases.sh [JOBS] [INFLIGHT]   (defaults 100000 512)
 #
 # Environment: PHASE_LATENCIES ["0 50"] (ms), BENCH_PORT, BENCH_SIM_PORT
-# (see lib.sh).  Prints the steps, then "RESULT phases_<latency>ms_sender_cpu_per_1k value".
+# (see lib/common.sh).  Prints the steps, then "RESULT phases_<latency>ms_sender_cpu_per_1k value".
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib/common.sh"
 JOBS=${1:-100000}
 INFLIGHT=${2:-512}
 LATENCIES=${PHASE_LATENCIES:-0 50}

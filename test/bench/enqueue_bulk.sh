@@ -10,7 +10,7 @@
 # throwaway cluster (port BENCH_PORT).  Prints one line per round, the
 # median ratio, and RESULT lines for test/bench/run.
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib/common.sh"
 ROWS=${1:-$(bench_scale 1000000)}
 ROUNDS=${2:-3}
 bench_dir enqueue_bulk

@@ -8,12 +8,12 @@
 #   bash test/bench/enqueue_single.sh
 #
 # Environment: ENQ_SECONDS [10 x BENCH_SCALE] per pgbench run, ENQ_ROUNDS
-# [3] pairs of runs, ENQ_CLIENTS [8]; BENCH_PORT (see test/bench/lib.sh).
+# [3] pairs of runs, ENQ_CLIENTS [8]; BENCH_PORT (see test/bench/lib/common.sh).
 # The type's lane has its sender running (as in production): each commit
 # wakes it.
 # Needs the extension installed (make install).  Prints RESULT lines.
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib/common.sh"
 SECS=${ENQ_SECONDS:-$(bench_scale 10)}
 ROUNDS=${ENQ_ROUNDS:-3}
 CLIENTS=${ENQ_CLIENTS:-8}

@@ -23,12 +23,12 @@
 #
 # Environment: FLOOD_JOBS [1000000 x BENCH_SCALE], FLOOD_OTP_GAP [0.02] s;
 # FLOOD_RESOLVE [0]; FLOOD_TAG;
-# BENCH_PORT, BENCH_SIM_PORT (+1), BENCH_OUT (see test/bench/lib.sh).
+# BENCH_PORT, BENCH_SIM_PORT (+1), BENCH_OUT (see test/bench/lib/common.sh).
 # Needs the extension installed and the simulator built.  Prints RESULT
 # lines; BENCH_OUT gets flood_otp.dat (seconds since the flood began,
 # latency ms) and flood_promo.dat (seconds, promotions finished).
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib/common.sh"
 N=${FLOOD_JOBS:-$(bench_scale 1000000)}
 GAP=${FLOOD_OTP_GAP:-0.02}
 RESOLVE=${FLOOD_RESOLVE:-0}

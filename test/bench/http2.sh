@@ -21,7 +21,7 @@
 #   http2_{h2,h1}_jobs_per_s  http2_{h2,h1}_pg_cpu_per_1k  http2_{h2,h1}_sender_cpu_per_1k
 #   http2_{h2,h1}_front_cpu_per_1k  http2_{h2,h1}_connections  http2_speedup (h2 / h1 jobs/s)
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib/common.sh"
 JOBS=${1:-$(bench_scale 20000)}
 INFLIGHT=${2:-100}
 ROUNDS=${HTTP2_ROUNDS:-3}

@@ -34,7 +34,7 @@
 # valgrind's callgrind at 0 ms (2,000 and 12,000 measured calls, 128 in
 # flight), their difference over 10,000 (about 10 s per variant; needs
 # valgrind); BENCH_SIM_PORT
-# [26451] (the simulator's port; see test/bench/lib.sh).  Needs the
+# [26451] (the simulator's port; see test/bench/lib/common.sh).  Needs the
 # simulator built (make -C test/sim), libcurl's headers (test/deps.sh) and,
 # for FLOOR_SYSCALLS, perf (Debian package linux-perf) run as root.
 # About 30 s per variant at the defaults.
@@ -48,9 +48,9 @@
 # others also cpu_ratio and rate_ratio, the medians of the per-round
 # ratios).
 set -euo pipefail
-# not lib.sh's default: the other benchmarks' ports stay free
+# not lib/common.sh's default: the other benchmarks' ports stay free
 BENCH_SIM_PORT=${BENCH_SIM_PORT:-26451}
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib/common.sh"
 CALLS=${1:-30000}
 INFLIGHT=${2:-512}
 ROUNDS=${FLOOR_ROUNDS:-5}

@@ -13,10 +13,10 @@
 #
 # Environment: LAT_MESSAGES [1000 x BENCH_SCALE], LAT_GAP [0.01] seconds
 # between messages, LAT_IDLE_SECONDS [60 x BENCH_SCALE]; BENCH_PORT,
-# BENCH_SIM_PORT, BENCH_OUT (see test/bench/lib.sh).  Needs the extension
+# BENCH_SIM_PORT, BENCH_OUT (see test/bench/lib/common.sh).  Needs the extension
 # installed and the simulator built.  Prints RESULT lines for test/bench/run.
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib/common.sh"
 MSGS=${LAT_MESSAGES:-$(bench_scale 1000)}
 GAP=${LAT_GAP:-0.01}
 IDLE=${LAT_IDLE_SECONDS:-$(bench_scale 60)}

@@ -10,8 +10,8 @@
 #   dispatch and its limit  test/bench/dispatch.sh (MAJORS_DISPATCH_JOBS [20000], 1 round)
 #
 # Prints each major's RESULT lines, then one markdown table with a column
-# per major (rows: the results that every major printed), which
-# doc/benchmarks.md's "Across PostgreSQL majors" section copies.  BENCH_SCALE
+# per major (rows: the results that every major printed), to read side by
+# side (doc/benchmarks.md is this machine's own major).  BENCH_SCALE
 # [0.1]; MAJORS ["15 17 18"].  Root only (chroot).  About 4 minutes per major
 # at the default scale.
 set -euo pipefail

@@ -41,7 +41,7 @@
 # and alert providers 256); NIGHT_PUSH_CONNECTIONS [16];
 # NIGHT_BULK_SENDERS [1] (senders of lane bulk); NIGHT_TIMEOUT [3 s]
 # (every provider's timeout); NIGHT_FRONT_PORT [28453] (and the next one);
-# BENCH_PORT, BENCH_SIM_PORT (+1), BENCH_OUT (see test/bench/lib.sh).
+# BENCH_PORT, BENCH_SIM_PORT (+1), BENCH_OUT (see test/bench/lib/common.sh).
 # Needs nghttpx (nghttp2-proxy), openssl, the extension installed and the
 # simulator built.  Prints what it measured as it goes, then RESULT lines
 # (night_*) and the ROW table night_types (per type: enqueued, delivered,
@@ -50,8 +50,8 @@
 # finished, calls in flight to sms_bulk, to push) and night_otp.dat,
 # night_alert.dat (seconds, latency ms).
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/night_lib.sh"
+. "$(dirname "$0")/lib/common.sh"
+. "$(dirname "$0")/lib/night_lib.sh"
 N=${NIGHT_PROMOS:-$(bench_scale 5000000)}
 RATE=${NIGHT_RATE:-5556}
 OTP_RATE=${NIGHT_OTP_RATE:-20}

@@ -47,7 +47,7 @@
 # NIGHT_PUSH_CONNECTIONS [16], NIGHT_TIMEOUT [3 s]; NIGHT_PEERS_ROUNDS [3],
 # NIGHT_PGQ_BATCH [20000],
 # NIGHT_PEERS_FRONT_PORT [28463] (and the next one); BENCH_PORT,
-# BENCH_SIM_PORT (+1), BENCH_OUT (see lib.sh).  Needs what night.sh needs
+# BENCH_SIM_PORT (+1), BENCH_OUT (see lib/common.sh).  Needs what night.sh needs
 # and what peers.sh needs (Node 20, npm, PgQ and pgqd: test/deps.sh
 # --bench, run by this script as root).  Prints RESULT lines (night_peers_*)
 # and the ROW tables night_peers (a row per night), night_peers_types (per
@@ -55,9 +55,9 @@
 # the calls its consumer left ambiguous, gave up or let expire, by type and
 # reason (its logs go to BENCH_OUT/night_peers_pgq_rROUND.log when set).
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/night_lib.sh"
-. "$(dirname "$0")/peers_lib.sh"
+. "$(dirname "$0")/lib/common.sh"
+. "$(dirname "$0")/lib/night_lib.sh"
+. "$(dirname "$0")/lib/peers_lib.sh"
 N=${NIGHT_PEERS_PROMOS:-$(bench_scale 200000)}
 RATE=${NIGHT_RATE:-5556}
 OTP_RATE=${NIGHT_OTP_RATE:-20}

@@ -64,14 +64,14 @@
 # OUTAGE_COOLDOWN [5] s; OUTAGE_TIMEOUT [2] s (both providers' timeout);
 # OUTAGE_CASES ["refused brownout http503"]; OUTAGE_CONFIGS ["backup
 # today"]; BENCH_PORT, BENCH_SIM_PORT (+1), BENCH_OUT (see
-# test/bench/lib.sh).  Needs the extension installed and the simulator
+# test/bench/lib/common.sh).  Needs the extension installed and the simulator
 # built.  Prints what it measured as it goes, then RESULT lines
 # (outage_<case>_<config>_*) and the ROW tables outage_types (per case,
 # configuration and type), outage_gw_a (per case and configuration) and
 # outage_targets; BENCH_OUT gets outage_health_<case>_<config>.dat (seconds
 # since the load began, gw_a's breaker state).
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib/common.sh"
 at_least() { awk -v v="$1" -v m="$2" 'BEGIN { print (v < m ? m : v) }'; }
 OUTAGE=${OUTAGE_SECONDS:-$(at_least "$(bench_scale 60)" 10)}
 LEAD=${OUTAGE_LEAD:-$(at_least "$(bench_scale 20)" 5)}

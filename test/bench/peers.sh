@@ -34,7 +34,7 @@
 #    on another every 20 ms: p50/p99 enqueue-to-arrival of the OTPs
 #    (graphile-worker twice: see peers/gw.cjs).
 # Then every row where a peer did better, with the reason (table peers_wins).
-# The headline of doc/benchmarks.md (its section "peers") comes from the
+# The headline of doc/benchmarks.md (its section 5) comes from the
 # same run: tables peers_head, peers_sem_head and peers_wins_head (the wins
 # per peer, in short), and peers_stale_note (what stale statistics cost
 # notif_deliver's claims, in a sentence that follows the numbers).
@@ -46,12 +46,12 @@
 # PEERS_SYSTEMS ["nd pgq gw boss"]; PEERS_PARTS ["throughput semantics
 # latency"]; PEERS_KILLS [5]; PEERS_KILL_GAP_MS [300] (at least between two
 # kills, after the new worker is ready); PEERS_INFLIGHT [512];
-# BENCH_PORT, BENCH_SIM_PORT, BENCH_OUT (see lib.sh).  The workers' settings
+# BENCH_PORT, BENCH_SIM_PORT, BENCH_OUT (see lib/common.sh).  The workers' settings
 # are printed as RESULT lines (peers_setting_*).  Prints RESULT and ROW
 # lines for test/bench/run (doc/benchmarks-peers.md).
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/peers_lib.sh"
+. "$(dirname "$0")/lib/common.sh"
+. "$(dirname "$0")/lib/peers_lib.sh"
 
 N=${PEERS_JOBS:-$(bench_scale 100000)}
 SEM_N=${PEERS_SEM_JOBS:-$(bench_scale 20000)}

@@ -35,9 +35,9 @@
 # nowait and wait run min(N, 20000) jobs [RES_REPORT_JOBS]; RES_P
 # [0.005]; RES_Q [0.5]; RES_SEED [1]; DLR_MEDIAN [300] and DLR_P99 [1500]
 # (ms); RESOLVE_WAIT [2] (s); LOOKUP_FAIL [0.2]; BENCH_PORT, BENCH_SIM_PORT, BENCH_OUT: see
-# test/bench/lib.sh.  Needs the extension installed and the simulator built.
+# test/bench/lib/common.sh.  Needs the extension installed and the simulator built.
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib/common.sh"
 
 N=${RES_JOBS:-$(bench_scale 100000)}
 # the rows with delivery reports time them against the backoff: their jobs

@@ -25,10 +25,10 @@
 # Environment: SCALE_RSS_SMALL [10000], SCALE_RSS_JOBS [1000000 x BENCH_SCALE],
 # SCALE_FINISHED [10000000 x BENCH_SCALE], SCALE_JOBS [200000 x BENCH_SCALE]
 # per dispatch round, SCALE_ROUNDS [3] per table state, SCALE_RSS_MID [RSS_JOBS / 10]; BENCH_PORT,
-# BENCH_SIM_PORT (see test/bench/lib.sh).  Needs the extension installed
+# BENCH_SIM_PORT (see test/bench/lib/common.sh).  Needs the extension installed
 # and the simulator built.  Prints RESULT lines for test/bench/run.
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib/common.sh"
 RSS_SMALL=${SCALE_RSS_SMALL:-10000}
 RSS_JOBS=${SCALE_RSS_JOBS:-$(bench_scale 1000000)}
 FINISHED=${SCALE_FINISHED:-$(bench_scale 10000000)}

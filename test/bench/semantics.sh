@@ -26,11 +26,11 @@
 #                         (":off": with the server's synchronous_commit = off)
 #   SEM_KILL_RUNS         kill runs, same form [the SEM_RUNS, plus 0.5:1:0:off]; "" for none
 #   SEM_KILL_EVERY [2]    seconds between kills
-#   BENCH_PORT, BENCH_SIM_PORT, BENCH_OUT: see test/bench/lib.sh
+#   BENCH_PORT, BENCH_SIM_PORT, BENCH_OUT: see test/bench/lib/common.sh
 # Needs the extension installed (make install) and the simulator built.
 # Prints RESULT and ROW lines for test/bench/run; exits 1 if a check failed.
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib/common.sh"
 
 N=${SEM_JOBS:-$(bench_scale 100000)}
 P=${SEM_P:-0.005}

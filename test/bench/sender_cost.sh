@@ -21,7 +21,7 @@
 # run once in that build's cluster after the setup, e.g. to try a storage
 # parameter: COST_SQL_NEW="ALTER TABLE notif_job SET (fillfactor = 70)"
 # with both builds the same); BENCH_PORT (the clusters use it
-# and BENCH_PORT + 1), BENCH_SIM_PORT (see test/bench/lib.sh).  Needs the
+# and BENCH_PORT + 1), BENCH_SIM_PORT (see test/bench/lib/common.sh).  Needs the
 # simulator built (make -C test/sim).
 #
 # COST_STATS=stale: each drain as a long-running sender meets a burst
@@ -59,7 +59,7 @@
 # cost_<build>_<latency>ms_above_floor_per_1k", the median) and new over
 # base per round ("cost_new_over_base_<latency>ms_above_floor").
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib/common.sh"
 JOBS=${1:-30000}
 INFLIGHT=${2:-512}
 ROUNDS=${COST_ROUNDS:-5}
@@ -94,7 +94,7 @@ stop_all() {
 }
 trap stop_all EXIT
 
-# point cluster_psql and the helpers of lib.sh at one build's cluster
+# point cluster_psql and the helpers of lib/common.sh at one build's cluster
 use() {
 	PG_BINDIR=${bindir[$1]}
 	CLUSTER_DIR=${dir[$1]}

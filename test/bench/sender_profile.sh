@@ -3,7 +3,7 @@
 # steady drain (issue 15).  One throwaway cluster and the simulator; a
 # backlog of JOBS at_least_once jobs is unpaused, and once the drain runs
 # (after SETTLE seconds) `perf record -g` samples the sender alone for SECS
-# seconds while the jobs it sends are counted.  test/bench/sender_profile.pl
+# seconds while the jobs it sends are counted.  test/bench/lib/sender_profile.pl
 # then puts each sample in one part (the claim, the record, planning,
 # send(), libcurl, ...) and prints microseconds of sender CPU per job for
 # each, at each latency.  Unlike sender_cost.sh it leaves out the drain's
@@ -20,10 +20,10 @@
 # "notif_deliver.batch_size = 400"), PROFILE_KEEP (a folder: each
 # latency's perf.data is kept there as perf_<latency>ms.data, for
 # `perf report -i`), BENCH_PORT, BENCH_SIM_PORT (see
-# lib.sh).  Prints each latency's table, then "RESULT
+# lib/common.sh).  Prints each latency's table, then "RESULT
 # profile_<latency>ms_<part>_us value" lines and profile_<latency>ms_jobs.
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib/common.sh"
 JOBS=${1:-200000}
 INFLIGHT=${2:-512}
 LATENCIES=${PROFILE_LATENCIES:-0 50}
@@ -60,7 +60,7 @@ for latency in $LATENCIES; do
 	result "profile_${latency}ms_jobs" $((s1 - s0))
 	[ -z "${PROFILE_KEEP:-}" ] || cp "$BENCH_DIR/perf.data" "$PROFILE_KEEP/perf_${latency}ms.data"
 	perf script -F ip,sym,dso -i "$BENCH_DIR/perf.data" 2>/dev/null |
-		perl "$(dirname "$0")/sender_profile.pl" "$PHZ" $((s1 - s0)) "${latency}ms"
+		perl "$(dirname "$0")/lib/sender_profile.pl" "$PHZ" $((s1 - s0)) "${latency}ms"
 	cluster_psql -c "UPDATE notif_type SET paused = true WHERE code = 'bench'" >/dev/null
 	wait_sql "SELECT count(*) = 0 FROM notif_job WHERE status = 'sending'" 60
 done

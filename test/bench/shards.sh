@@ -28,7 +28,7 @@
 #   router_enqueue_per_s  router_enqueue_router_cpu_per_1k  router_enqueue_shards_cpu_per_1k
 #   router_enqueue_wal_bytes_per_call
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib/common.sh"
 JOBS=${1:-$(bench_scale 200000)}
 LAYOUTS=${SHARDS_LAYOUTS:-1 2 4}
 INFLIGHT=${SHARDS_INFLIGHT:-512}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test/bench/soak.sh: an hour without drift (issue 32), `make soak`; not in
-# CI, not in `make bench`.  The night's rig (test/bench/night_lib.sh: two
+# CI, not in `make bench`.  The night's rig (test/bench/lib/night_lib.sh: two
 # provider simulators with lognormal latency and 0.5% timeouts behind TLS
 # fronts, SMS over HTTP/1.1 and push over HTTP/2) at a steady fraction of
 # the night's rate for SOAK_MINUTES: promotions at SOAK_RATE per second,
@@ -35,15 +35,15 @@
 # right).  The last_error of the unaccepted jobs is summed up per type.
 #
 #   make soak                                   installs and builds what it needs, then the hour,
-#                                               then its section of doc/benchmarks.md (SOAK_DOC=1)
+#                                               then keeps its results and writes doc/benchmarks.md (SOAK_DOC=1)
 #   bash test/bench/soak.sh                     the hour alone (extension installed, simulator built)
 #   SOAK_MINUTES=5 SOAK_RETENTION='1 minute' bash test/bench/soak.sh   a short check
 #
 # Environment: SOAK_INSTALL [unset; 1: install and build first, as make
-# soak does]; SOAK_DOC [unset; 1: keep the run in doc/, as make soak does:
-# test/bench/soak_doc.sh copies soak.dat and soak_results.txt to doc/data/,
-# draws doc/img/soak.png and rewrites the soak section of
-# doc/benchmarks.md]; SOAK_MINUTES [60]; SOAK_RATE [500] promotions/s (9% of the
+# soak does]; SOAK_DOC [unset; 1: keep the run, as make soak does:
+# test/bench/report/soak_doc.sh copies soak.dat and soak_results.txt to
+# test/bench/results/ (soak.dat, soak.txt), draws doc/img/soak.png and
+# writes doc/benchmarks.md again]; SOAK_MINUTES [60]; SOAK_RATE [500] promotions/s (9% of the
 # night's 5,556/s; about a quarter of what a night on this shared 2-core
 # machine sustained); SOAK_OTP_RATE [20]/s; SOAK_ALERT_RATE [50]/s;
 # SOAK_RETENTION [5 minutes]; SOAK_PURGE_INTERVAL [30s]; SOAK_SAMPLE [60]
@@ -64,10 +64,10 @@
 # lost duplicated, and the lost as ambiguous unreached unexplained),
 # "UNACCEPTED type status outcome count last_error" lines, and RESULT
 # lines (soak_*: the machine and the settings first, at the end what
-# test/bench/soak_summary.sh says of the samples: the rate, the OTP p99
+# test/bench/lib/soak_summary.sh says of the samples: the rate, the OTP p99
 # range, autovacuum runs, dead tuples).  soak_results.txt: the RESULT and
 # ROW lines (the LEVEL lines and the types' table as rows), as
-# test/bench/report.pl reads them.
+# test/bench/report/report.pl reads them.
 set -euo pipefail
 # `make soak` (SOAK_INSTALL=1): first what make bench installs and builds
 if [ "${SOAK_INSTALL:-}" = 1 ]; then
@@ -79,8 +79,8 @@ if [ "${SOAK_INSTALL:-}" = 1 ]; then
 		if [ "$(id -u)" = 0 ]; then make -s install >/dev/null; else sudo make -s install >/dev/null; fi
 	)
 fi
-. "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/night_lib.sh"
+. "$(dirname "$0")/lib/common.sh"
+. "$(dirname "$0")/lib/night_lib.sh"
 MINUTES=${SOAK_MINUTES:-60}
 RATE=${SOAK_RATE:-500}
 OTP_RATE=${SOAK_OTP_RATE:-20}
@@ -324,8 +324,8 @@ echo "sizes levelled off (within $(awk -v t="$TOLERANCE" 'BEGIN { print t * 100 
 result soak_minutes "$MINUTES"
 result soak_rate "$RATE"
 result soak_level "$level_all"
-bash "$(dirname "$0")/soak_summary.sh" "$OUT/soak.dat" "$settle" | while read -r _ name value; do result "$name" "$value"; done
+bash "$(dirname "$0")/lib/soak_summary.sh" "$OUT/soak.dat" "$settle" | while read -r _ name value; do result "$name" "$value"; done
 result soak_load_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 if [ "${SOAK_DOC:-}" = 1 ]; then
-	bash "$(dirname "$0")/soak_doc.sh" "$OUT"
+	bash "$(dirname "$0")/report/soak_doc.sh" "$OUT"
 fi

@@ -14,14 +14,14 @@
 #   bash test/bench/sync_standby.sh [JOBS]          (default 50000)
 #
 # Environment: SYNC_ROUNDS [4]; BENCH_PORT (the standby uses BENCH_PORT + 1),
-# BENCH_SIM_PORT (see test/bench/lib.sh).  Needs the extension installed
+# BENCH_SIM_PORT (see test/bench/lib/common.sh).  Needs the extension installed
 # (make install) and the simulator built (make -C test/sim).  Prints a table,
 # then "RESULT name value" lines:
 #   sync_standby_amo_async_jobs_per_s  sync_standby_amo_sync_jobs_per_s
 #   sync_standby_alo_async_jobs_per_s  sync_standby_alo_sync_jobs_per_s
 #   sync_standby_amo_ratio             (sync / async, per round, median)
 set -euo pipefail
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib/common.sh"
 JOBS=$(bench_scale "${1:-50000}")
 ROUNDS=${SYNC_ROUNDS:-4}
 SIM=$BENCH_SIM_PORT

@@ -32,7 +32,7 @@
 # BENCH_SIM_PORT [26452]; needs the simulator built (make -C test/sim).
 set -euo pipefail
 BENCH_SIM_PORT=${BENCH_SIM_PORT:-26452}
-. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../lib/common.sh"
 SIM=$BENCH_SIM_PORT
 
 bench_dir levers_check

@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# test/bench/sender_profile.pl: where a sender's CPU goes per job, from a
+# test/bench/lib/sender_profile.pl: where a sender's CPU goes per job, from a
 # perf profile of it (sender_profile.sh runs it).  Reads `perf script -F
 # ip,sym,dso` on stdin (call chains, leaf first, a blank line between
 # samples) and puts each sample in exactly one part, by the first rule of

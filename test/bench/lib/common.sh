@@ -1,4 +1,4 @@
-# test/bench/lib.sh: what the benchmark scripts share.  Source it after
+# test/bench/lib/common.sh: what the benchmark scripts share.  Source it after
 # setting `set -euo pipefail`; it sources test/lib/cluster.sh.
 #
 #   bench_dir NAME          a fresh work folder (removed at exit), in $BENCH_DIR
@@ -30,7 +30,7 @@
 
 # a failing command inside $(...) fails the script too
 shopt -s inherit_errexit
-BENCH_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BENCH_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 . "$BENCH_HERE/lib/cluster.sh"
 
 # no NOTICEs (e.g. "truncate cascades to table") in the output

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# test/bench/charts_peers.sh: draw the charts of doc/benchmarks-peers.md with
+# test/bench/report/charts_peers.sh: draw the charts of doc/benchmarks-peers.md with
 # gnuplot from a benchmark run's results folder (test/bench/run calls it
 # when test/bench/peers.sh ran; the other charts are charts.sh's).  A chart
-# whose data the run did not produce is not drawn (its old file is removed).
+# whose data the run did not produce is left as it was.
 #
-#   bash test/bench/charts_peers.sh RESULTS_DIR OUT_DIR
+#   bash test/bench/report/charts_peers.sh RESULTS_DIR OUT_DIR
 #
 #   peers_throughput.png  jobs/s of each system, provider at 0 ms and at 50 ms
 #   peers_latency.png     OTP latency p50 and p99 of each system during the flood
@@ -14,7 +14,7 @@ out=$2
 data=$res/data
 mkdir -p "$out"
 term="set terminal pngcairo size 900,480 font 'DejaVu Sans,10' noenhanced"
-rm -f "$out/peers_throughput.png" "$out/peers_latency.png"
+# (a chart whose data this run did not produce is left as it is)
 
 if [ -s "$data/peers_tput.dat" ]; then
 	# one line per system: index, name, jobs/s at 0 ms, at 50 ms

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# test/bench/charts.sh: draw the PNG charts of doc/benchmarks.md with gnuplot
+# test/bench/report/charts.sh: draw the PNG charts of doc/benchmarks.md with gnuplot
 # from a benchmark run's results folder (test/bench/run calls it).  A chart
-# whose data the run did not produce is not drawn (its old file is removed).
+# whose data the run did not produce is left as it was.
 #
-#   bash test/bench/charts.sh RESULTS_DIR OUT_DIR
+#   bash test/bench/report/charts.sh RESULTS_DIR OUT_DIR
 #
 #   semantics.png   lost (at_most_once) and duplicated (at_least_once), theory with its 4-sigma band vs measured
 #   dispatch.png    dispatch rate by provider latency (from the dispatch_<N>ms_jobs_per_s results)
@@ -17,7 +17,8 @@ data=$res/data
 mkdir -p "$out"
 term="set terminal pngcairo size 900,480 font 'DejaVu Sans,10'"
 
-rm -f "$out/semantics.png" "$out/dispatch.png" "$out/flood.png" "$out/idle_latency.png"
+# (a chart whose data this run did not produce is left as it is: the
+# page shows the last run of each script, test/bench/results/)
 
 if [ -s "$data/semantics.dat" ]; then
 	# one group per run: at_most_once lost, at_least_once duplicated

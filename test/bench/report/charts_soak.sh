@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# test/bench/charts_soak.sh: draw the soak's chart of doc/benchmarks.md with
+# test/bench/report/charts_soak.sh: draw the soak's chart of doc/benchmarks.md with
 # gnuplot from a soak.dat (test/bench/soak.sh writes it; `make soak` keeps
-# it in doc/data/ and calls this).  Not part of `make bench`, whose
+# it in test/bench/results/ and calls this).  Not part of `make bench`, whose
 # charts.sh leaves soak.png alone.
 #
-#   bash test/bench/charts_soak.sh SOAK_DAT OUT_DIR [SETTLE_MINUTES]
+#   bash test/bench/report/charts_soak.sh SOAK_DAT OUT_DIR [SETTLE_MINUTES]
 #
 #   soak.png   above: the sizes of notif_job (heap), its indexes, notif_active
 #              and notif_attempt over the minutes; below: the OTP latency p99

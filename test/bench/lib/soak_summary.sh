@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# test/bench/soak_summary.sh: what a soak's samples say over the hour
+# test/bench/lib/soak_summary.sh: what a soak's samples say over the hour
 # (test/bench/soak.sh calls it at the end; by hand on a kept soak.dat).
 #
-#   bash test/bench/soak_summary.sh SOAK_DAT SETTLE_MINUTES
+#   bash test/bench/lib/soak_summary.sh SOAK_DAT SETTLE_MINUTES
 #
 # Prints RESULT lines, from the samples of soak.dat (columns as soak.sh
 # writes them): the promotions finished per second (mean, least and most

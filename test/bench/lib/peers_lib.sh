@@ -1,4 +1,4 @@
-# test/bench/peers_lib.sh: the four systems of test/bench/peers.sh behind
+# test/bench/lib/peers_lib.sh: the four systems of test/bench/peers.sh behind
 # one set of verbs, so that every measurement runs the same steps for each.
 # Source it after lib.sh.  A system is one of
 #   nd    notif_deliver (this tree), its sender inside PostgreSQL

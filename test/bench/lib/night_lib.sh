@@ -1,6 +1,6 @@
-# test/bench/night_lib.sh: the rig of the night (test/bench/night.sh), of
+# test/bench/lib/night_lib.sh: the rig of the night (test/bench/night.sh), of
 # the night through PgQ beside it (test/bench/night_peers.sh) and of the
-# soak (test/bench/soak.sh).  Source it after test/bench/lib.sh.
+# soak (test/bench/soak.sh).  Source it after test/bench/lib/common.sh.
 #
 #   night_rig NAME RETENTION [postgresql.conf lines...]
 #       a work folder (bench_dir NAME); a throwaway self-signed certificate;
