@@ -82,9 +82,10 @@ OBJS = \
 # last released one followed by the update to it (a schema change is
 # written once, in the update script)
 NOTIF_INSTALL_SQL = notif_deliver--1.4.sql
+ROUTER_INSTALL_SQL = notif_deliver_router--1.1.sql
 DATA = $(filter-out $(NOTIF_INSTALL_SQL),$(wildcard notif_deliver--*.sql)) \
-	$(wildcard notif_deliver_router--*.sql)
-DATA_built = $(NOTIF_INSTALL_SQL)
+	$(filter-out $(ROUTER_INSTALL_SQL),$(wildcard notif_deliver_router--*.sql))
+DATA_built = $(NOTIF_INSTALL_SQL) $(ROUTER_INSTALL_SQL)
 
 REGRESS = setup lifecycle excerpt transport schema enqueue enqueue_paths privileges push replay stats operations shards upgrade
 TAP_TESTS = 1
@@ -107,6 +108,11 @@ endif
 $(OBJS): $(wildcard $(srcdir)/src/*.h $(srcdir)/src/*/*.h)
 
 $(NOTIF_INSTALL_SQL): notif_deliver--1.3.sql notif_deliver--1.3--1.4.sql
+	{ printf -- '-- %s: built by make from %s and %s; edit those, not this file\n\n' $@ $^; \
+	  cat $(word 1,$^); \
+	  sed -e '/^-- complain if script is sourced/d' -e '/^\\echo Use "ALTER EXTENSION/d' $(word 2,$^); } > $@
+
+$(ROUTER_INSTALL_SQL): notif_deliver_router--1.0.sql notif_deliver_router--1.0--1.1.sql
 	{ printf -- '-- %s: built by make from %s and %s; edit those, not this file\n\n' $@ $^; \
 	  cat $(word 1,$^); \
 	  sed -e '/^-- complain if script is sourced/d' -e '/^\\echo Use "ALTER EXTENSION/d' $(word 2,$^); } > $@
