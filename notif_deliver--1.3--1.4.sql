@@ -233,3 +233,23 @@ CREATE TRIGGER notif_provider_backup_refs
 
 ALTER TABLE notif_dlr
     ADD CONSTRAINT notif_dlr_key_check CHECK (octet_length(key) <= 285) NOT VALID;
+
+/* ---------------------------------------------------------------------
+ * The APNs topics a provider sends to (push/payload.c; doc/security.md)
+ *
+ * An APNs key may send to every app of its team: apns_topics pins the
+ * topics (bundle IDs) a provider's calls may name in their apns-topic
+ * header.  Set, a payload must name one of them: refused at enqueue
+ * (22023) for the type's provider, and before the call (the job fails,
+ * no call made) for a backup provider or after a change.  NULL: any
+ * topic, as before 1.4.
+ * --------------------------------------------------------------------- */
+
+ALTER TABLE notif_provider
+    ADD COLUMN apns_topics text[]
+        CONSTRAINT notif_provider_apns_topics_check
+        CHECK (cardinality(apns_topics) > 0 AND array_ndims(apns_topics) = 1
+               AND array_position(apns_topics, NULL) IS NULL
+               AND array_position(apns_topics, '') IS NULL);
+
+COMMENT ON COLUMN notif_provider.apns_topics IS 'apns: the apns-topic values a payload may name (one of them, then); NULL: any topic of the key''s team';

@@ -166,6 +166,14 @@ notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out)
 			t->routes = datumCopy(d, false, -1);
 			MemoryContextSwitchTo(old);
 		}
+		d = spi_col(i, 38, &isnull);
+		if (!isnull)
+		{
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+
+			t->provider.apns_topics = DatumGetArrayTypePCopy(d);
+			MemoryContextSwitchTo(old);
+		}
 	}
 	*out = types;
 	return (int) SPI_processed;
