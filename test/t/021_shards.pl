@@ -227,6 +227,21 @@ like($updated, qr/^1\.1 /, 'the router updates from 1.0 to 1.1');
 is($updated, $router->safe_psql('router_fresh', $router_fingerprint),
 	'and has the same functions, settings, grants, comments and members as a fresh 1.1');
 
+# the shards' functions are called by the router's schema name: a router in
+# schema notif, with the shards' notif_deliver in public, finds none, and
+# notif_shards() says so for each partition (doc/shards.md)
+$router->safe_psql('postgres', q{CREATE DATABASE router_notif;});
+$router->safe_psql('router_notif', qq{SET client_min_messages = warning;
+	CREATE SCHEMA notif;
+	CREATE EXTENSION notif_deliver_router SCHEMA notif CASCADE;
+	CREATE SERVER notif_shards FOREIGN DATA WRAPPER plproxy OPTIONS ($partitions);
+	CREATE USER MAPPING FOR PUBLIC SERVER notif_shards;});
+is( $router->safe_psql('router_notif', q{SELECT count(*) FILTER (WHERE NOT ok
+		AND error ~ 'REMOTE ERROR: (schema "notif"|function notif\.notif_shard_info\(\)) does not exist') || ' of ' || count(*)
+	  FROM notif.notif_shards()}),
+	"$N of $N", 'a router in schema notif calls notif.notif_shard_info() on the shards: notif_shards() says it is not there')
+  or diag($router->safe_psql('router_notif', q{SELECT string_agg(ok || ': ' || coalesce(error, ''), E'\n') FROM notif.notif_shards()}));
+
 # --- the outbox on shards: place_order (doc/shards.md) ---
 $_->safe_psql('postgres', doc_sql('doc/shards.md', 'shard place_order')) for @shards;
 rsql(doc_sql('doc/shards.md', 'router place_order'));
