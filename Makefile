@@ -25,9 +25,10 @@
 #   make dist            the PGXN archive notif_deliver-<version>.zip of a tag (release/dist)
 #   make metacheck       META.json against the PGXN meta spec and the control files (release/meta_check)
 
-# notif_deliver_router: SQL only, on a router database in front of the shards
-# (PL/Proxy): doc/shards.md
-EXTENSION = notif_deliver notif_deliver_router
+# The router extension notif_deliver_router (SQL only, on a router database
+# in front of the shards; doc/shards.md) has a folder of its own, router/,
+# with its own Makefile: all, install, uninstall and clean run it (below)
+EXTENSION = notif_deliver
 MODULE_big = notif_deliver
 # every .c of src/ and its subsystem folders (src/README.md): a new file
 # needs no line here
@@ -37,8 +38,7 @@ OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c src/*/*.c)))
 # last released one followed by the update to it (a schema change is
 # written once, in the update script)
 NOTIF_INSTALL_SQL = notif_deliver--1.4.sql
-DATA = $(filter-out $(NOTIF_INSTALL_SQL),$(wildcard notif_deliver--*.sql)) \
-	$(wildcard notif_deliver_router--*.sql)
+DATA = $(filter-out $(NOTIF_INSTALL_SQL),$(wildcard notif_deliver--*.sql))
 DATA_built = $(NOTIF_INSTALL_SQL)
 
 REGRESS = setup lifecycle excerpt transport schema enqueue enqueue_paths privileges push replay stats operations shards upgrade
@@ -65,6 +65,17 @@ $(NOTIF_INSTALL_SQL): notif_deliver--1.3.sql notif_deliver--1.3--1.4.sql
 	{ printf -- '-- %s: built by make from %s and %s; edit those, not this file\n\n' $@ $^; \
 	  cat $(word 1,$^); \
 	  sed -e '/^-- complain if script is sourced/d' -e '/^\\echo Use "ALTER EXTENSION/d' $(word 2,$^); } > $@
+
+# the router: its own Makefile, with the same pg_config (and DESTDIR, which
+# make passes on)
+.PHONY: router-all router-install router-uninstall router-clean
+all: router-all
+install: router-install
+uninstall: router-uninstall
+clean: router-clean
+router-install: router-all
+router-all router-install router-uninstall router-clean:
+	$(MAKE) -C $(srcdir)/router PG_CONFIG=$(PG_CONFIG) $(patsubst router-%,%,$@)
 
 # the provider simulator the TAP tests, benchmarks and demo talk to
 SIM = test/sim/provider_sim
@@ -101,7 +112,8 @@ bench-majors:
 	bash test/bench/majors.sh
 
 # Releases: the packaging reads what to ship from EXTENSION, MODULE_big and
-# DATA above (make install), never from a list of its own.
+# DATA above and router/Makefile's (make install), never from a list of its
+# own.
 deb:
 	bash release/deb
 

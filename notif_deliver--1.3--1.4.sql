@@ -245,7 +245,8 @@ ALTER TABLE notif_dlr
  * enqueue; none, no fallback).  The sender writes it in the transaction
  * that records the first job's end (due at once), or its accepted call
  * (due fallback_after later); a delivered report cancels the latter
- * before it goes out.  Docs: doc/reference.md, "Channel fallback".
+ * before it goes out (notif_dlr, below).  Docs: doc/reference.md,
+ * "Channel fallback".
  * --------------------------------------------------------------------- */
 
 ALTER TABLE notif_type
@@ -257,6 +258,7 @@ ALTER TABLE notif_type
         CHECK (fallback_after > interval '0' AND isfinite(fallback_after));
 
 COMMENT ON COLUMN notif_type.fallback_type IS 'the type of the one job enqueued when a job of this type fails, expires, or has no delivered report within fallback_after (its payload: the job''s "fallback" member); NULL: none';
+
 ALTER TABLE notif_job
     ADD COLUMN fallback_of bigint;
 
@@ -264,8 +266,51 @@ COMMENT ON COLUMN notif_job.fallback_of IS 'the job whose channel fallback this 
 
 COMMENT ON COLUMN notif_type.fallback_after IS 'how long after its accepted call a job waits for a delivered report (notif_dlr) before its fallback goes; NULL: only failed and expired jobs fall back';
 
-CREATE OR REPLACE FUNCTION notif_dlr(key text, delivered boolean,
-                          reported_at timestamptz DEFAULT now())
+/* ---------------------------------------------------------------------
+ * The APNs topics a provider sends to (push/payload.c; doc/security.md)
+ *
+ * An APNs key may send to every app of its team: apns_topics pins the
+ * topics (bundle IDs) a provider's calls may name in their apns-topic
+ * header.  Set, a payload must name one of them: refused at enqueue
+ * (22023) for the type's provider, and before the call (the job fails,
+ * no call made) for a backup provider or after a change.  NULL: any
+ * topic, as before 1.4.
+ * --------------------------------------------------------------------- */
+
+ALTER TABLE notif_provider
+    ADD COLUMN apns_topics text[]
+        CONSTRAINT notif_provider_apns_topics_check
+        CHECK (cardinality(apns_topics) > 0 AND array_ndims(apns_topics) = 1
+               AND array_position(apns_topics, NULL) IS NULL
+               AND array_position(apns_topics, '') IS NULL);
+
+COMMENT ON COLUMN notif_provider.apns_topics IS 'apns: the apns-topic values a payload may name (one of them, then); NULL: any topic of the key''s team';
+
+/* ---------------------------------------------------------------------
+ * The rows a webhook role's reports can add, and the provider a report
+ * names (doc/security.md)
+ *
+ * notif_dlr keeps at most 32 reports per job: a report past them still
+ * returns the job's id and still ends a job waiting after an ambiguous
+ * call, but adds no row.  A report that matches no job goes into one of
+ * 65,536 slots chosen by its key's hash, the newest in each slot kept.  So
+ * a role that may call notif_dlr adds at most 32 rows per job and 65,536
+ * orphaned rows in all (the orphaned rows of 1.3 and earlier aside, until
+ * the purge), however many reports it sends.
+ *
+ * notif_dlr(key, delivered, reported_at, provider) names the provider the
+ * report comes from: it then matches only a job whose last call went to
+ * that provider (notif_job.provider); another is an orphaned report.  The
+ * three-argument notif_dlr is that with no provider named.
+ * --------------------------------------------------------------------- */
+
+ALTER TABLE notif_dlr ADD COLUMN orphan_slot int;
+
+COMMENT ON COLUMN notif_dlr.orphan_slot IS 'an orphaned report''s slot, hashtext(key) & 65535: one row per slot, the newest (NULL: matched, or recorded before 1.4)';
+
+CREATE UNIQUE INDEX notif_dlr_orphan_slot_idx ON notif_dlr (orphan_slot) WHERE job_id IS NULL;
+
+CREATE FUNCTION notif_dlr(key text, delivered boolean, reported_at timestamptz, provider text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -273,6 +318,7 @@ AS $$
 DECLARE
     parts text[];
     job bigint;
+    job_provider text;
     waiting boolean;
     d record;
     fb bigint;
@@ -286,21 +332,36 @@ BEGIN
     parts := regexp_match(key, '^([^:]+):(-?[0-9]{1,19}):(.+)$');
     IF parts IS NOT NULL
        AND parts[2]::numeric BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
-        SELECT j.id, j.status OPERATOR(pg_catalog.=) 'queued' AND j.outcome OPERATOR(pg_catalog.=) 'unknown'
-          INTO job, waiting
+        SELECT j.id, j.provider,
+               j.status OPERATOR(pg_catalog.=) 'queued' AND j.outcome OPERATOR(pg_catalog.=) 'unknown'
+          INTO job, job_provider, waiting
           FROM @extschema@.notif_job j
          WHERE j.user_id OPERATOR(pg_catalog.=) parts[2]::bigint
            AND j.kind OPERATOR(pg_catalog.=) parts[1]
            AND j.order_id OPERATOR(pg_catalog.=) parts[3];
+        -- a report that names its provider: only a job whose last call went there
+        IF provider IS NOT NULL AND job_provider IS DISTINCT FROM provider THEN
+            job := NULL;
+            waiting := false;
+        END IF;
     END IF;
 
-    INSERT INTO @extschema@.notif_dlr (key, job_id, delivered, reported_at)
-    VALUES (key, job, delivered, coalesce(reported_at, now()));
+    IF job IS NULL THEN
+        INSERT INTO @extschema@.notif_dlr (key, job_id, delivered, reported_at, orphan_slot)
+        VALUES (key, NULL, delivered, coalesce(reported_at, now()), hashtext(key) & 65535)
+        ON CONFLICT (orphan_slot) WHERE job_id IS NULL
+        DO UPDATE SET key = EXCLUDED.key, delivered = EXCLUDED.delivered,
+                      reported_at = EXCLUDED.reported_at, received_at = EXCLUDED.received_at;
+    ELSIF (SELECT count(*) FROM (SELECT FROM @extschema@.notif_dlr r
+                                  WHERE r.job_id OPERATOR(pg_catalog.=) job LIMIT 32) s) < 32 THEN
+        INSERT INTO @extschema@.notif_dlr (key, job_id, delivered, reported_at)
+        VALUES (key, job, delivered, coalesce(reported_at, now()));
+    END IF;
 
-    -- (1.3) delivered: a job queued again after an ambiguous call is done,
-    -- as the lifecycle's "report" rows say (report_resolves).  Only a job
-    -- that looked so is locked and decided on: the report of a job sent
-    -- (nearly every report) takes no lock.
+    -- delivered: a job queued again after an ambiguous call is done, as the
+    -- lifecycle's "report" rows say (report_resolves).  Only a job that
+    -- looked so is locked and decided on: the report of a job sent (nearly
+    -- every report) takes no lock.
     IF delivered AND waiting THEN
         SELECT * INTO d FROM @extschema@.notif_decide('notif_dlr', job, 'report', false);
         IF d.to_status IS NOT NULL THEN
@@ -342,3 +403,14 @@ BEGIN
 END;
 $$;
 
+COMMENT ON FUNCTION notif_dlr(text, boolean, timestamptz, text) IS 'record a provider''s delivery report for a job key, matching only a job whose last call went to that provider; returns the job id, NULL if orphaned';
+
+REVOKE ALL ON FUNCTION notif_dlr(text, boolean, timestamptz, text) FROM PUBLIC;
+
+-- the three-argument notif_dlr: any provider
+CREATE OR REPLACE FUNCTION notif_dlr(key text, delivered boolean,
+                                     reported_at timestamptz DEFAULT now())
+RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+RETURN @extschema@.notif_dlr(key, delivered, reported_at, NULL::text);

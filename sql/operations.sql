@@ -101,6 +101,32 @@ SELECT try($$SELECT notif_dlr('op_alo:4:a4', NULL)$$);
 SELECT notif_enqueue(7, 'op_alo', 'x:y') AS colon_job \gset
 SELECT notif_dlr('op_alo:7:x:y', true) = :colon_job AS matched_colon;
 
+-- (1.4) what reports can add: at most 32 rows per job (every report still
+-- returns the job's id); the reports no job matches in one of 65,536 slots
+-- by their key's hash, the newest in each kept
+SELECT count(*) FILTER (WHERE notif_dlr('op_alo:7:x:y', false) = :colon_job) AS reports_matched
+  FROM generate_series(1, 40);
+SELECT count(*) AS rows_of_the_job FROM notif_dlr WHERE job_id = :colon_job;
+SELECT count(notif_dlr('op_none:' || g || ':o', true)) AS none_matched FROM generate_series(1, 2000) g;
+SELECT count(*) < 2000 AS fewer_rows, count(*) = count(DISTINCT hashtext(key) & 65535) AS one_per_slot,
+       count(*) = count(*) FILTER (WHERE orphan_slot = hashtext(key) & 65535) AS slot_of_its_key
+  FROM notif_dlr WHERE key LIKE 'op\_none:%';
+SELECT notif_dlr('op_none:1:o', false) IS NULL AS orphaned_again;
+SELECT count(*) AS rows_of_the_key, bool_and(NOT delivered) AS the_newest FROM notif_dlr WHERE key = 'op_none:1:o';
+
+-- (1.4) a report that names its provider matches only a job whose last
+-- call went to that provider, and ends it only then
+SELECT notif_enqueue(8, 'op_alo', 'w') AS waiting_job \gset
+UPDATE notif_job SET tries = 1, outcome = 'unknown', provider = 'default' WHERE id = :waiting_job;
+SELECT notif_dlr('op_alo:8:w', true, now(), 'other_gateway') IS NULL AS other_provider_orphaned;
+SELECT status, resolved_by FROM notif_job WHERE id = :waiting_job;
+SELECT notif_dlr('op_alo:8:w', true, now(), 'default') = :waiting_job AS its_provider_matched;
+SELECT status, resolved_by FROM notif_job WHERE id = :waiting_job;
+SELECT notif_dlr('op_alo:8:w', true, now(), NULL) = :waiting_job AS any_provider_matched;
+SELECT count(*) FILTER (WHERE job_id = :waiting_job) AS matched_rows,
+       count(*) FILTER (WHERE job_id IS NULL) AS orphaned_rows
+  FROM notif_dlr WHERE key = 'op_alo:8:w';
+
 -- a webhook role needs only EXECUTE on notif_dlr
 CREATE ROLE notif_webhook LOGIN;
 GRANT USAGE ON SCHEMA public TO notif_webhook;
@@ -110,6 +136,8 @@ SELECT notif_dlr('op_alo:4:a4', false) IS NOT NULL AS recorded;
 SELECT try('SELECT count(*) FROM notif_dlr');
 SELECT try('SELECT notif_retry(1)');
 SELECT try('SELECT notif_cancel(1)');
+-- (the variant that names the provider is granted on its own)
+SELECT try($$SELECT notif_dlr('op_alo:4:a4', true, now(), 'default')$$);
 RESET ROLE;
 SELECT count(*) AS reports_of_a4 FROM notif_dlr WHERE job_id = :alo_sent;
 

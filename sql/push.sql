@@ -129,6 +129,19 @@ SELECT notif_enqueue(1, 'apns_msg', 'json', '{"text": "no push rules now"}') > 0
 UPDATE notif_provider SET format = 'apns' WHERE name = 'apns';
 SELECT try($$SELECT notif_enqueue(1, 'apns_msg', 'again', '{"text": "x"}')$$);
 
+-- (1.4) a provider row pins the APNs topics its calls may name: with
+-- apns_topics set, a payload names one of them in its apns-topic header
+-- (22023 at enqueue otherwise, a change reaching the sessions' cache at once)
+SELECT try($$UPDATE notif_provider SET apns_topics = '{}' WHERE name = 'apns'$$);
+SELECT try($$UPDATE notif_provider SET apns_topics = '{com.example.app, NULL}' WHERE name = 'apns'$$);
+UPDATE notif_provider SET apns_topics = '{com.example.app, com.example.app.voip}' WHERE name = 'apns';
+SELECT try($$SELECT notif_enqueue(1, 'apns_msg', 't1', '{"device_token": "ab12", "headers": {"apns-topic": "com.other.app"}, "aps": {}}')$$) AS other_topic;
+SELECT try($$SELECT notif_enqueue(1, 'apns_msg', 't2', '{"device_token": "ab12", "headers": {"apns-push-type": "alert"}, "aps": {}}')$$) AS no_topic;
+SELECT try($$SELECT notif_enqueue(1, 'apns_msg', 't3', '{"device_token": "ab12", "headers": {"APNS-Topic": "com.example.app.VOIP"}, "aps": {}}')$$) AS other_case;
+SELECT notif_enqueue(1, 'apns_msg', 't4', '{"device_token": "ab12", "headers": {"APNS-Topic": "com.example.app.voip"}, "aps": {}}') > 0 AS pinned_topic;
+UPDATE notif_provider SET apns_topics = NULL WHERE name = 'apns';
+SELECT notif_enqueue(1, 'apns_msg', 't5', '{"device_token": "ab12", "headers": {"apns-topic": "com.other.app"}, "aps": {}}') > 0 AS any_topic;
+
 -- notif_unregistered: empty until a platform reports a dead token; prunable
 SELECT * FROM notif_unregistered;
 DELETE FROM notif_unregistered WHERE reported_at < now() - interval '30 days';

@@ -9,6 +9,8 @@
 #ifndef NOTIF_ENQUEUE_H
 #define NOTIF_ENQUEUE_H
 
+#include "utils/array.h"
+
 #include "core/notif_deliver.h"
 
 typedef struct NotifTypeInfo
@@ -17,6 +19,8 @@ typedef struct NotifTypeInfo
 	Interval	deadline;
 	char		lane[NOTIF_NAME_MAXLEN];
 	int			format;			/* NotifFormat of its provider (push rules) */
+	ArrayType  *apns_topics;	/* its provider's apns_topics, or NULL: any
+								 * (in the caller's memory context) */
 } NotifTypeInfo;
 
 extern bool notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info);

@@ -39,12 +39,14 @@ typedef struct NotifTypeCacheEntry
 } NotifTypeCacheEntry;
 
 static HTAB *type_cache = NULL;
+static MemoryContext type_cache_cxt = NULL; /* the entries' apns_topics */
 static bool type_cache_valid = false;
 static bool callback_registered = false;
 static Oid	cached_nspid = InvalidOid;
 static Oid	cached_relid = InvalidOid;
 static Oid	cached_provider_relid = InvalidOid;
 static SPIPlanPtr lookup_plan = NULL;
+static bool lookup_plan_topics = false; /* it reads notif_provider.apns_topics */
 
 static void
 type_cache_invalidate(Datum arg, Oid relid)
@@ -69,6 +71,11 @@ type_cache_reset(Oid nspid)
 
 	if (type_cache)
 		hash_destroy(type_cache);
+	if (type_cache_cxt == NULL)
+		type_cache_cxt = AllocSetContextCreate(CacheMemoryContext, "notif_deliver type cache",
+											   ALLOCSET_SMALL_SIZES);
+	else
+		MemoryContextReset(type_cache_cxt);
 	ctl.keysize = TYPE_CODE_MAXLEN;
 	ctl.entrysize = sizeof(NotifTypeCacheEntry);
 	type_cache = hash_create("notif_deliver type cache", 64, &ctl,
@@ -85,17 +92,34 @@ type_cache_reset(Oid nspid)
 	type_cache_valid = true;
 }
 
-/* The lookup plan, prepared once per session (connected to SPI). */
+/*
+ * The lookup plan, prepared once per session (connected to SPI), and again
+ * when notif_provider gains apns_topics (1.4): until the update, an older
+ * schema's enqueue reads none.
+ */
 static SPIPlanPtr
 get_lookup_plan(Oid nspid)
 {
+	bool		topics = OidIsValid(cached_provider_relid) &&
+		get_attnum(cached_provider_relid, "apns_topics") != InvalidAttrNumber;
+
+	if (lookup_plan && lookup_plan_topics != topics)
+	{
+		SPI_freeplan(lookup_plan);
+		lookup_plan = NULL;
+	}
 	if (lookup_plan == NULL)
 	{
 		Oid			argtypes[1] = {TEXTOID};
 		SPIPlanPtr	plan;
 
 		plan = SPI_prepare(notif_qualified_sql(nspid,
-											   "SELECT t.deadline, t.lane, p.format"
+											   topics
+											   ? "SELECT t.deadline, t.lane, p.format, p.apns_topics"
+											   "  FROM %s.notif_type t JOIN %s.notif_provider p"
+											   "    ON p.name OPERATOR(pg_catalog.=) t.provider"
+											   " WHERE t.code OPERATOR(pg_catalog.=) $1"
+											   : "SELECT t.deadline, t.lane, p.format, NULL::pg_catalog.text[]"
 											   "  FROM %s.notif_type t JOIN %s.notif_provider p"
 											   "    ON p.name OPERATOR(pg_catalog.=) t.provider"
 											   " WHERE t.code OPERATOR(pg_catalog.=) $1"),
@@ -105,6 +129,7 @@ get_lookup_plan(Oid nspid)
 		if (SPI_keepplan(plan) != 0)
 			elog(ERROR, "SPI_keepplan failed");
 		lookup_plan = plan;
+		lookup_plan_topics = topics;
 	}
 	return lookup_plan;
 }
@@ -131,6 +156,8 @@ notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info)
 		if (found)
 		{
 			*info = entry->info;
+			if (info->apns_topics)
+				info->apns_topics = DatumGetArrayTypePCopy(PointerGetDatum(info->apns_topics));
 			return entry->exists;
 		}
 	}
@@ -163,6 +190,15 @@ notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info)
 			text_to_cstring_buffer(DatumGetTextPP(d), fresh.lane, sizeof(fresh.lane));
 			d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
 			fresh.format = notif_format_from_string(TextDatumGetCString(d));
+			d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull);
+			if (!isnull)
+			{
+				/* in the caller's memory, which SPI_finish keeps */
+				ArrayType  *a = DatumGetArrayTypeP(d);
+
+				fresh.apns_topics = SPI_palloc(VARSIZE(a));
+				memcpy(fresh.apns_topics, a, VARSIZE(a));
+			}
 		}
 		SPI_finish();
 
@@ -172,6 +208,12 @@ notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info)
 			entry = hash_search(type_cache, code, HASH_ENTER, &found);
 			entry->exists = exists;
 			entry->info = fresh;
+			if (fresh.apns_topics)
+			{
+				entry->info.apns_topics = MemoryContextAlloc(type_cache_cxt,
+															 VARSIZE(fresh.apns_topics));
+				memcpy(entry->info.apns_topics, fresh.apns_topics, VARSIZE(fresh.apns_topics));
+			}
 		}
 		*info = fresh;
 		return exists;

@@ -15,6 +15,7 @@
 
 #include "lib/ilist.h"
 #include "lib/stringinfo.h"
+#include "utils/array.h"
 #include "utils/jsonb.h"
 
 #include "lifecycle/job_state.h"
@@ -78,6 +79,8 @@ typedef struct NotifProviderConf
 	int64		dedup_reach_ms; /* its dedup_window less its timeout; 0: none */
 	NotifLookupConf *lookup;	/* its status lookup, or NULL */
 	Jsonb	   *payload_map;	/* its body's fields from the payload's, or NULL */
+	ArrayType  *apns_topics;	/* the apns-topic values a payload may name,
+								 * or NULL: any */
 	int			breaker_threshold;	/* failures in a row that open its
 									 * breaker; 0: no breaker */
 	int64		breaker_cooldown_ms;	/* open this long before a probe */

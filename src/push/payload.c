@@ -13,7 +13,8 @@
  *   apns   {"device_token": "<hex>", "headers": {name: "value"}, ...body}:
  *          header names among APNs' own (not authorization, which the sender
  *          sets), values single-line strings; the body (the payload without
- *          device_token and headers) at most 4096 bytes as sent
+ *          device_token and headers) at most 4096 bytes as sent; with the
+ *          provider's apns_topics set, an apns-topic among them
  *
  *-------------------------------------------------------------------------
  */
@@ -23,6 +24,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
+#include "lib/stringinfo.h"
 #include "utils/jsonb.h"
 
 #include "push/push.h"
@@ -171,14 +173,58 @@ is_apns_header(const char *name, int len)
 	return false;
 }
 
+/* the provider's apns_topics as one line: "a", "b" (for an error) */
 static char *
-apns_error(Jsonb *payload)
+topics_list(ArrayType *topics)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n,
+				i;
+	StringInfoData s;
+
+	deconstruct_array(topics, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	initStringInfo(&s);
+	for (i = 0; i < n; i++)
+		if (!nulls[i])
+			appendStringInfo(&s, "%s\"%s\"", s.len > 0 ? ", " : "", TextDatumGetCString(elems[i]));
+	return s.data;
+}
+
+/*
+ * Why an apns-topic (NULL: the payload names none) cannot go to a provider
+ * whose apns_topics are topics, or NULL when it can.
+ */
+static char *
+apns_topic_error(const char *topic, int len, ArrayType *topics)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n,
+				i;
+
+	if (topic == NULL)
+		return psprintf("it names no apns-topic, and its provider sends only to its apns_topics (%s)",
+						topics_list(topics));
+	deconstruct_array(topics, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	for (i = 0; i < n; i++)
+		if (!nulls[i] && VARSIZE_ANY_EXHDR(DatumGetPointer(elems[i])) == (Size) len &&
+			memcmp(VARDATA_ANY(DatumGetPointer(elems[i])), topic, len) == 0)
+			return NULL;
+	return psprintf("\"headers\": apns-topic \"%.*s\" is not one of its provider's apns_topics (%s)",
+					Min(len, 64), topic, topics_list(topics));
+}
+
+static char *
+apns_error(Jsonb *payload, ArrayType *topics)
 {
 	JsonbValue *t = get(payload, "device_token");
 	JsonbValue *h = get(payload, "headers");
 	Jsonb	   *body;
 	char	   *text;
 	int			i;
+	const char *topic = NULL;
+	int			topic_len = 0;
 
 	if (t == NULL)
 		return pstrdup("it has no \"device_token\"");
@@ -225,8 +271,21 @@ apns_error(Jsonb *payload)
 						v.val.string.val[i] == '\0')
 						return psprintf("\"headers\": the value of \"%.*s\" must be one line",
 										Min(k.val.string.len, 64), k.val.string.val);
+				if (k.val.string.len == 10 &&
+					pg_strncasecmp(k.val.string.val, "apns-topic", 10) == 0)
+				{
+					topic = v.val.string.val;
+					topic_len = v.val.string.len;
+				}
 			}
 		}
+	}
+	if (topics)
+	{
+		char	   *error = apns_topic_error(topic, topic_len, topics);
+
+		if (error)
+			return error;
 	}
 
 	body = notif_apns_body(payload);
@@ -239,23 +298,25 @@ apns_error(Jsonb *payload)
 
 /*
  * Why a payload cannot go to a provider of this format, or NULL when it
- * can (and for formats without rules).
+ * can (and for formats without rules).  apns_topics: an apns provider's,
+ * or NULL (any topic).
  */
 char *
-notif_push_payload_error(NotifFormat format, Jsonb *payload)
+notif_push_payload_error(NotifFormat format, Jsonb *payload, ArrayType *apns_topics)
 {
 	if (format != FORMAT_FCM && format != FORMAT_APNS)
 		return NULL;
 	if (!JB_ROOT_IS_OBJECT(payload) || JB_ROOT_IS_SCALAR(payload))
 		return pstrdup("it must be a JSON object");
-	return format == FORMAT_FCM ? fcm_error(payload) : apns_error(payload);
+	return format == FORMAT_FCM ? fcm_error(payload) : apns_error(payload, apns_topics);
 }
 
 /* notif_enqueue's check: refuse, naming the format and the rule */
 void
-notif_push_check_payload(NotifFormat format, Jsonb *payload, const char *kind)
+notif_push_check_payload(NotifFormat format, Jsonb *payload, const char *kind,
+						 ArrayType *apns_topics)
 {
-	char	   *error = notif_push_payload_error(format, payload);
+	char	   *error = notif_push_payload_error(format, payload, apns_topics);
 
 	if (error)
 		ereport(ERROR,

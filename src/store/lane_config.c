@@ -167,6 +167,14 @@ notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out)
 			MemoryContextSwitchTo(old);
 		}
 		t->any_fallback = DatumGetBool(spi_col(i, 38, &isnull));
+		d = spi_col(i, 39, &isnull);
+		if (!isnull)
+		{
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+
+			t->provider.apns_topics = DatumGetArrayTypePCopy(d);
+			MemoryContextSwitchTo(old);
+		}
 	}
 	*out = types;
 	return (int) SPI_processed;

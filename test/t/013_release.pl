@@ -87,10 +87,10 @@ sub fails_with
 
 my $add_router = sub {
 	my ($dir) = @_;
-	spew("$dir/notif_deliver_router.control",
+	spew("$dir/router/notif_deliver_router.control",
 		"comment = 'route notifications to shards'\ndefault_version = '1.0'\n"
 		  . "relocatable = false\nrequires = 'plproxy'\n");
-	spew("$dir/notif_deliver_router--1.0.sql", "-- the router\n");
+	spew("$dir/router/notif_deliver_router--1.0.sql", "-- the router\n");
 	# (the tree ships the router: its entries go, as if they were forgotten)
 	edit_meta($dir, sub {
 		delete $_[0]{provides}{notif_deliver_router};
@@ -98,13 +98,13 @@ my $add_router = sub {
 	});
 };
 my $router = fails_with('a control file without its provides entry', $add_router,
-	qr/provides: no entry for notif_deliver_router .*"file": "notif_deliver_router\.control", "version": "1\.0\.0"/);
+	qr/provides: no entry for notif_deliver_router .*"file": "router\/notif_deliver_router\.control", "version": "1\.0\.0"/);
 ($rc, $out) = meta_check($router);
-like($out, qr/prereqs\.runtime\.requires: no entry for plproxy, which notif_deliver_router\.control requires/,
+like($out, qr/prereqs\.runtime\.requires: no entry for plproxy, which router\/notif_deliver_router\.control requires/,
 	'  and that the extension it requires is no prereq');
 edit_meta($router, sub {
 	my ($m) = @_;
-	$m->{provides}{notif_deliver_router} = { file => 'notif_deliver_router.control', version => '1.0.0',
+	$m->{provides}{notif_deliver_router} = { file => 'router/notif_deliver_router.control', version => '1.0.0',
 		abstract => 'route notifications to shards' };
 	$m->{prereqs}{runtime}{requires}{plproxy} = '2.0.0';
 });
@@ -209,7 +209,7 @@ SKIP:
 	is(scalar(grep { !m{^notif_deliver-\Q$v\E/} } keys %members), 0,
 		"everything in it is under notif_deliver-$v/");
 	ok(defined $meta_text && decode_json($meta_text)->{version} eq $v, "its META.json says $v");
-	my @wanted = grep { /^[^\/]*(\.control|\.sql)$/ || $_ eq 'Makefile' || m{^src/.*\.c$} } @files;
+	my @wanted = grep { m{^(router/)?[^/]*(\.control|\.sql)$} || m{^(router/)?Makefile$} || m{^src/.*\.c$} } @files;
 	is_deeply([ grep { !$members{"notif_deliver-$v/$_"} } @wanted ], [],
 		'it holds the Makefile, the sources, every control file and script (' . scalar(@wanted) . ' files)');
 	is_deeply([ grep { m{^notif_deliver-\Q$v\E/\.(ci|git)} } sort keys %members ], [],

@@ -250,6 +250,20 @@ is(sql("SELECT outcome || ' ' || coalesce(http_status::text, '-') || ' ' || last
 	'moved type: rejected with the reason, no HTTP status');
 is(push_stats($rig)->{apns_calls}, $calls_before, 'moved type: no call was made');
 
+# (1.4) a provider's apns_topics, pinned after the enqueue: a job that names
+# another topic fails before any call (at enqueue it is refused: sql/push.sql)
+sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider, paused) VALUES ('pinned', 'at_least_once', 3, 'apns', true)});
+my $pinned = sql(q{SELECT notif_enqueue(95, 'pinned', 'p1', '{"device_token": "ab", "headers": {"apns-topic": "com.other.app"}, "aps": {}}')});
+$calls_before = push_stats($rig)->{apns_calls};
+sql(q{UPDATE notif_provider SET apns_topics = '{com.example.app}' WHERE name = 'apns';
+      UPDATE notif_type SET paused = false WHERE code = 'pinned'});
+ok(wait_until($node, "SELECT status = 'failed' FROM notif_job WHERE id = $pinned"), 'apns_topics: the job of another topic failed');
+is(sql("SELECT outcome || ' ' || coalesce(http_status::text, '-') || ' ' || last_error FROM notif_job WHERE id = $pinned"),
+	'rejected - payload refused before the call: not a valid APNs message: "headers": apns-topic "com.other.app" is not one of its provider\'s apns_topics ("com.example.app")',
+	'apns_topics: rejected with the reason, no HTTP status');
+is(push_stats($rig)->{apns_calls}, $calls_before, 'apns_topics: no call was made');
+sql(q{UPDATE notif_provider SET apns_topics = NULL WHERE name = 'apns'});
+
 # apns needs HTTP/2: pointed at the plain HTTP/1.1 backend, a clear error
 sql("INSERT INTO notif_provider (name, url, format, auth, credentials)
      VALUES ('apns_h1', 'http://127.0.0.1:$rig->{back}', 'apns', 'apns_token', " . q_lit($p8) . ")");

@@ -164,6 +164,84 @@ like($err, qr/permission denied for function notif_cancel/, '... but not notif_c
 ($rc, $out, $err) = $shards[ ($s77 + 1) % $N ]->psql('postgres', q{SELECT notif_shard_enqueue(77, 'otp', 'stray')});
 like($err, qr/user 77 belongs to shard $s77, not to this shard/, 'a shard refuses to enqueue a user of another shard');
 
+# --- the router's functions and what a caller's search_path holds ---
+# Each pins search_path = pg_catalog, pg_temp and names what it uses with
+# its schema (1.1): look-alikes a caller put first on their path are never
+# run, on the router nor on the shards
+like(rsql(q{SELECT count(*) FILTER (WHERE p.proconfig IS DISTINCT FROM '{"search_path=pg_catalog, pg_temp"}')
+                || ' of ' || count(*) FROM pg_proc p
+           JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+           JOIN pg_extension e ON e.oid = d.refobjid WHERE e.extname = 'notif_deliver_router'}),
+	qr/^0 of [1-9]/, 'every function of notif_deliver_router pins search_path to pg_catalog, pg_temp');
+# a format() that fits notif_router_error's call better than pg_catalog's
+# (text, VARIADIC "any") wins over it even with pg_catalog searched first;
+# a hashint8(bigint) first on the path would choose the shard
+rsql(q{CREATE SCHEMA evil;
+	CREATE FUNCTION evil.format(text, int, int, text) RETURNS text LANGUAGE plpgsql
+	    AS $$BEGIN RAISE EXCEPTION 'look-alike format() ran'; END$$;
+	CREATE FUNCTION evil.hashint8(bigint) RETURNS int LANGUAGE plpgsql
+	    AS $$BEGIN RAISE EXCEPTION 'look-alike hashint8() ran'; END$$;});
+($rc, $out, $err) = $router->psql('postgres', "SET search_path = evil, public; SELECT notif_cancel($later)");
+like($err, qr/ERROR:  notif_cancel: job $later is \w+, only a queued job can be cancelled\n.*Raised by shard $s77 /s,
+	'a caller with a look-alike format() first on its path: the shard\'s error, named by the router');
+unlike($err, qr/look-alike/, '... and the look-alike format() never ran');
+($rc, $out, $err) = $router->psql('postgres', q{SET search_path = evil, pg_catalog, public; SELECT notif_enqueue(77, 'otp', 'look-alike')});
+ok($rc == 0 && $out > 0 && $out % $N == $s77,
+	'a caller with a look-alike hashint8() first on its path: the job goes to its user\'s shard') or diag($err);
+rsql(q{DROP SCHEMA evil CASCADE});
+# on the shard, the role PL/Proxy connects as has a look-alike
+# notif_shard_enqueue first on its search_path
+my $s78 = shard_of(78);
+$shards[$s78]->safe_psql('postgres', q{CREATE SCHEMA evil; GRANT USAGE ON SCHEMA evil TO app;
+	CREATE FUNCTION evil.notif_shard_enqueue(user_id bigint, kind text, order_id text,
+	    payload jsonb DEFAULT '{}', not_before timestamptz DEFAULT NULL)
+	RETURNS bigint LANGUAGE sql RETURN -1;
+	ALTER ROLE app SET search_path = evil, public;});
+my $app_job = $router->safe_psql('postgres', q{SET ROLE app; SELECT notif_enqueue(78, 'otp', 'look-alike')});
+is($shards[$s78]->safe_psql('postgres', qq{SELECT count(*) FROM notif_job WHERE id = $app_job AND order_id = 'look-alike'}),
+	'1', 'a look-alike notif_shard_enqueue first on the shard role\'s path: the router still enqueued through the extension\'s');
+$shards[$s78]->safe_psql('postgres', q{ALTER ROLE app RESET search_path; DROP SCHEMA evil CASCADE;});
+
+# 1.0 -> 1.1 gives what a fresh 1.1 install gives: each function whole
+# (body, settings, grants), comments, the extension's members
+my $router_fingerprint = q{
+SELECT e.extversion || ' ' || md5(string_agg(x, E'\n' ORDER BY x)) FROM pg_extension e, (
+    SELECT format('%s %s %s %s', p.oid::regprocedure, p.proacl, p.proconfig, md5(pg_get_functiondef(p.oid)))
+      FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'notif\_%'
+    UNION ALL
+    SELECT format('member %s', pg_describe_object(d.classid, d.objid, d.objsubid))
+      FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
+     WHERE d.refclassid = 'pg_extension'::regclass AND e.extname = 'notif_deliver_router' AND d.deptype = 'e'
+    UNION ALL
+    SELECT format('comment %s: %s', pg_describe_object(d.classoid, d.objoid, d.objsubid), d.description)
+      FROM pg_description d JOIN pg_proc p ON d.classoid = 'pg_proc'::regclass AND d.objoid = p.oid
+     WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'notif\_%'
+) s(x) WHERE e.extname = 'notif_deliver_router' GROUP BY e.extversion};
+$router->safe_psql('postgres', q{CREATE DATABASE router_updated; CREATE DATABASE router_fresh;});
+$router->safe_psql('router_updated', q{SET client_min_messages = warning;
+	CREATE EXTENSION notif_deliver_router VERSION '1.0' CASCADE;
+	ALTER EXTENSION notif_deliver_router UPDATE;});
+$router->safe_psql('router_fresh', q{SET client_min_messages = warning; CREATE EXTENSION notif_deliver_router CASCADE;});
+my $updated = $router->safe_psql('router_updated', $router_fingerprint);
+like($updated, qr/^1\.1 /, 'the router updates from 1.0 to 1.1');
+is($updated, $router->safe_psql('router_fresh', $router_fingerprint),
+	'and has the same functions, settings, grants, comments and members as a fresh 1.1');
+
+# the shards' functions are called by the router's schema name: a router in
+# schema notif, with the shards' notif_deliver in public, finds none, and
+# notif_shards() says so for each partition (doc/shards.md)
+$router->safe_psql('postgres', q{CREATE DATABASE router_notif;});
+$router->safe_psql('router_notif', qq{SET client_min_messages = warning;
+	CREATE SCHEMA notif;
+	CREATE EXTENSION notif_deliver_router SCHEMA notif CASCADE;
+	CREATE SERVER notif_shards FOREIGN DATA WRAPPER plproxy OPTIONS ($partitions);
+	CREATE USER MAPPING FOR PUBLIC SERVER notif_shards;});
+is( $router->safe_psql('router_notif', q{SELECT count(*) FILTER (WHERE NOT ok
+		AND error ~ 'REMOTE ERROR: (schema "notif"|function notif\.notif_shard_info\(\)) does not exist') || ' of ' || count(*)
+	  FROM notif.notif_shards()}),
+	"$N of $N", 'a router in schema notif calls notif.notif_shard_info() on the shards: notif_shards() says it is not there')
+  or diag($router->safe_psql('router_notif', q{SELECT string_agg(ok || ': ' || coalesce(error, ''), E'\n') FROM notif.notif_shards()}));
+
 # --- the outbox on shards: place_order (doc/shards.md) ---
 $_->safe_psql('postgres', doc_sql('doc/shards.md', 'shard place_order')) for @shards;
 rsql(doc_sql('doc/shards.md', 'router place_order'));
