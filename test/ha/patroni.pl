@@ -15,7 +15,7 @@
 # which .ci/run runs after `make test`.  Needs patroni and etcd-server.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use HaTest;
 use File::Path qw(make_path);

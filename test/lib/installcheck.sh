@@ -26,7 +26,9 @@ installcheck_copy()
 
 installcheck()
 {
-	local status=0 f out="$IC_WORK/installcheck.out"
+	# an output file per call: test/run runs pg_regress and TAP side by side
+	local status=0 f out
+	out=$(mktemp "$IC_WORK/installcheck.XXXXXX")
 	{
 		(cd "$IC_WORK/src" && TMPDIR="$IC_WORK" "${IC_AS_USER[@]}" make installcheck "$@") 2>&1 &&
 			echo 0 >"$out.rc" || echo $? >"$out.rc"

@@ -4,7 +4,7 @@
 # checked in notif_job, notif_attempt (notif_calls) and the simulator's ledger.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;

@@ -4,7 +4,7 @@
 # against a provider that times out now and then.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -14,13 +14,6 @@ my $node = new_node('guarantees');
 my $sim = start_sim();
 my $idem_sim = start_sim('--idempotency');
 
-sub enqueue
-{
-	my ($kind, $order, $text) = @_;
-	$text //= 'hello';
-	return $node->safe_psql('postgres',
-		qq{SELECT notif_enqueue(9, '$kind', '$order', '{"to":"+84900000009","text":"$text"}')});
-}
 
 sub wait_final
 {
@@ -36,7 +29,7 @@ set_provider($node, 'hang', $sim->{url},
 $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, deadline, provider, backoff_min, backoff_max)
 	VALUES ('otp_short', 'at_least_once', 100, '2 seconds', 'hang', '100 ms', '200 ms')});
-my $dl = enqueue('otp_short', 'dl-1');
+my $dl = enqueue($node, 9, 'otp_short', 'dl-1');
 ok(wait_final($dl), 'the job with a short deadline reached a final state');
 is($node->safe_psql('postgres', "SELECT status FROM notif_job WHERE id = $dl"),
 	'expired', 'a provider that always times out: the job ends expired');
@@ -61,8 +54,8 @@ for my $s ([$sim, 'plain'], [$idem_sim, 'idem'])
 		INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
 		VALUES ('tx_$name', 'at_least_once', 5, 'flaky_$name', '100 ms', '200 ms')});
 }
-my $plain = enqueue('tx_plain', 'gd-1', 'GD 1: -500.000 VND');
-my $idem = enqueue('tx_idem', 'gd-1', 'GD 1: -500.000 VND');
+my $plain = enqueue($node, 9, 'tx_plain', 'gd-1', 'GD 1: -500.000 VND');
+my $idem = enqueue($node, 9, 'tx_idem', 'gd-1', 'GD 1: -500.000 VND');
 ok(wait_final($plain) && wait_final($idem), 'both idempotency jobs finished');
 is(job_row($node, $idem), 'sent accepted 3 200', 'two timeouts, then accepted on the third try');
 is(ledger_key($idem_sim, 'tx_idem:9:gd-1'), '3 1 1',
@@ -81,13 +74,13 @@ for my $d ('at_most_once', 'at_least_once')
 		INSERT INTO notif_type (code, delivery, max_tries, provider, lane)
 		VALUES ('$p', '$d', 1, '$p', '$p')});
 	# a first job opens the connection, which libcurl keeps alive
-	my $warm = enqueue($p, 'warm');
+	my $warm = enqueue($node, 9, $p, 'warm');
 	ok(wait_final($warm), "$d: the first job went out on a new connection");
 	is(job_row($node, $warm), 'sent accepted 1 200', "$d: the first job was accepted");
 	$node->safe_psql('postgres',
 		qq{UPDATE notif_provider SET headers = '{"X-Sim-Fault": "reset"}' WHERE name = '$p'});
 	ok(wait_config_read($node, $p), "$d: the sender read the new headers");
-	my $hit = enqueue($p, 'hit');
+	my $hit = enqueue($node, 9, $p, 'hit');
 	ok(wait_final($hit), "$d: the second job finished");
 	$node->safe_psql('postgres', qq{UPDATE notif_provider SET headers = '{}' WHERE name = '$p'});
 }
@@ -152,12 +145,12 @@ set_provider($node, 'bad_gw', $sim->{url}, headers => q('{"X-Sim-Fault": "502"}'
 $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
 	VALUES ('tuned', 'at_least_once', 3, 'bad_gw', '100 ms', '200 ms')});
-my $before = enqueue('tuned', 'before');
+my $before = enqueue($node, 9, 'tuned', 'before');
 ok(wait_final($before), 'the job before the change finished');
 is(job_row($node, $before), 'failed unknown 3 502', 'before: at_least_once, retried three times');
 $node->safe_psql('postgres',
 	q{UPDATE notif_type SET delivery = 'at_most_once', max_tries = 1 WHERE code = 'tuned'});
-my $after = enqueue('tuned', 'after');
+my $after = enqueue($node, 9, 'tuned', 'after');
 ok(wait_final($after), 'the job after the change finished');
 is(job_row($node, $after), 'sent unknown 1 502', 'after: at_most_once, a 502 is never retried');
 is(ledger_key($sim, 'tuned:9:after'), '1 0 1', 'after: the provider got it once');
@@ -168,11 +161,11 @@ $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES ('no_url', 'at_least_once', 3, 'later');
 	INSERT INTO notif_type (code, delivery, max_tries, provider, paused) VALUES ('held', 'at_least_once', 3, 'fast', true);
 	INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES ('canary', 'at_least_once', 1, 'fast')});
-my $no_url = enqueue('no_url', 'w');
-my $held = enqueue('held', 'w');
+my $no_url = enqueue($node, 9, 'no_url', 'w');
+my $held = enqueue($node, 9, 'held', 'w');
 # a job of the same lane, committed after them, is claimed: the sender has
 # claimed since, and left them
-my $canary = enqueue('canary', 'w');
+my $canary = enqueue($node, 9, 'canary', 'w');
 ok(wait_until($node, "SELECT status <> 'queued' FROM notif_job WHERE id = $canary"),
 	'the lane\'s sender claimed a job committed after the waiting ones')
   or diag($node->safe_psql('postgres', "SELECT kind, status, tries, last_error, next_at - now() FROM notif_job WHERE status IN ('queued', 'sending') OR id = $canary"));
@@ -206,7 +199,7 @@ $node->safe_psql('postgres', q{
 	INSERT INTO notif_provider (name) VALUES ('unset');
 	INSERT INTO notif_type (code, delivery, max_tries, deadline, provider)
 	VALUES ('dl_wait', 'at_least_once', 3, '1 second', 'unset')});
-my $waited = enqueue('dl_wait', 'w');
+my $waited = enqueue($node, 9, 'dl_wait', 'w');
 ok(wait_until($node, "SELECT deadline_at < now() FROM notif_job WHERE id = $waited"),
 	'its deadline passed while it waited');
 $node->safe_psql('postgres', qq{UPDATE notif_provider SET url = '$sim->{url}', idempotency_header = 'Idempotency-Key' WHERE name = 'unset'});
@@ -238,7 +231,7 @@ cmp_ok($hi - $lo, '>=', 0.1, 'the retries are spread out (jitter)');
 $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
 	VALUES ('expo', 'at_least_once', 4, 'down', '200 ms', '10 seconds')});
-my $expo = enqueue('expo', 'e');
+my $expo = enqueue($node, 9, 'expo', 'e');
 ok(wait_until($node, "SELECT status = 'failed' FROM notif_job WHERE id = $expo"), 'the exponential job failed after four tries');
 my @gaps = split /\n/, $node->safe_psql('postgres', qq{
 	SELECT extract(epoch FROM a2.started_at - a1.ended_at)

@@ -5,7 +5,7 @@
 # is ever attempted again, nothing stays 'sending'.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -25,14 +25,6 @@ $node->safe_psql('postgres', q{
 	VALUES ('amo', 'at_most_once', 3, 'first_hangs', '100 ms', '200 ms'),
 	       ('alo', 'at_least_once', 3, 'first_hangs', '100 ms', '200 ms')});
 
-sub sender_pid
-{
-	my $pid;
-	wait_until($node,
-		q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'notif_deliver sender'});
-	return $node->safe_psql('postgres',
-		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'notif_deliver sender'});
-}
 
 sub in_flight
 {
@@ -54,7 +46,7 @@ is($node->safe_psql('postgres', "SELECT status FROM notif_job WHERE id = $amo"),
 is($node->safe_psql('postgres', "SELECT status FROM notif_job WHERE id = $alo"), 'sending',
 	'at_least_once: sending during the call');
 
-my $pid = sender_pid();
+my $pid = sender_pid($node);
 kill 'KILL', $pid;
 ok(wait_until($node, q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'notif_deliver sender'}),
 	'the server restarted after the crash, and the sender with it');

@@ -6,7 +6,7 @@
 # that does not exist: the launcher tries again with backoff, said once.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;

@@ -1,5 +1,5 @@
 # 008_kannel.pl: a real SMS gateway, end to end.  Kannel's bearerbox,
-# smsbox and fake SMSC on loopback (test/KannelTest.pm); a notif_provider
+# smsbox and fake SMSC on loopback (test/lib/perl/KannelTest.pm); a notif_provider
 # pointed at smsbox's sendsms interface (format 'query', credentials and
 # coding in the URL, as doc/providers.md shows).
 #
@@ -18,7 +18,7 @@
 use strict;
 use warnings;
 use utf8;
-use lib 'test';
+use lib 'test/lib/perl';
 use Encode qw(decode_utf8 encode_utf8);
 use NotifTest;
 use KannelTest;
@@ -49,14 +49,13 @@ END
 my $k = KannelTest->start($kdir);
 note("Kannel on 127.0.0.1: sendsms $k->{sendsms_port}, admin $k->{admin_port}, logs in $kdir");
 
-sub sql { return $node->safe_psql('postgres', encode_utf8($_[0])); }
 
 # the provider and type rows exactly as doc/providers.md shows them, then
 # the URL pointed at this gateway's port
 $node->safe_psql('postgres', doc_sql('doc/providers.md', 'kannel'));
-sql(qq{UPDATE notif_provider SET url = replace(url, '//127.0.0.1:13013/', '//127.0.0.1:$k->{sendsms_port}/')
+sql($node, qq{UPDATE notif_provider SET url = replace(url, '//127.0.0.1:13013/', '//127.0.0.1:$k->{sendsms_port}/')
         WHERE name = 'kannel'});
-my $url = sql(q{SELECT url FROM notif_provider WHERE name = 'kannel'});
+my $url = sql($node, q{SELECT url FROM notif_provider WHERE name = 'kannel'});
 is($url, "$k->{sendsms_url}?username=$k->{username}&password=$k->{password}&from=NOTIF&coding=2&charset=UTF-8",
 	"the documented provider row, on the test gateway's port");
 
@@ -64,7 +63,7 @@ is($url, "$k->{sendsms_url}?username=$k->{username}&password=$k->{password}&from
 sub attempts
 {
 	my ($kind) = @_;
-	return sql(qq{
+	return sql($node, qq{
 		SELECT count(*), a.outcome, a.http_status, a.error
 		  FROM notif_calls a JOIN notif_job j ON j.id = a.job_id
 		 WHERE j.kind = '$kind' GROUP BY 2, 3, 4 ORDER BY 1 DESC});
@@ -76,7 +75,7 @@ sub enqueue_all
 {
 	my ($kind, @msgs) = @_;
 	my $values = join(",\n", map { "($_->[0], '$_->[1]', '$_->[2]', '$_->[3]')" } @msgs);
-	sql(qq{
+	sql($node, qq{
 		SELECT count(notif_enqueue(u, '$kind', o, jsonb_build_object('to', t, 'text', x)))
 		  FROM (VALUES $values) v(u, o, t, x)});
 }
@@ -126,7 +125,7 @@ enqueue_all('sms_otp', @otp);
 
 ok(wait_until($node, q{SELECT count(*) = 300 FROM notif_job WHERE kind = 'sms_otp' AND status = 'sent'}),
 	'all 300 jobs sent');
-is(sql(q{SELECT count(*) FROM notif_job WHERE kind = 'sms_otp'
+is(sql($node, q{SELECT count(*) FROM notif_job WHERE kind = 'sms_otp'
           AND NOT (outcome = 'accepted' AND http_status = 202 AND tries = 1)}),
 	'0', 'each accepted by smsbox with a 202 at the first try')
   or diag(attempts('sms_otp'));
@@ -144,8 +143,8 @@ $earlier{$_} = 1 for keys %$got;
 # ---------------------------------------------------------------------------
 # 60 calls/s: 400 messages take about 7 s, so the outage falls mid-run.
 # Retries every 0.2-1 s, 100 tries within 2 minutes: they span the outage.
-sql(q{UPDATE notif_provider SET rate_limit = 60 WHERE name = 'kannel'});
-sql(q{
+sql($node, q{UPDATE notif_provider SET rate_limit = 60 WHERE name = 'kannel'});
+sql($node, q{
 	INSERT INTO notif_type (code, delivery, max_tries, deadline, provider, backoff_min, backoff_max)
 	VALUES ('sms_gd', 'at_least_once', 100, '2 minutes', 'kannel', '200 ms', '1 second')});
 my @gd = map {
@@ -158,18 +157,18 @@ ok(wait_until($node, "SELECT ($sent_gd) >= 100"), 'a hundred sent before the out
 
 $k->kill_smsbox;
 my $t_kill = time;
-my $sent_at_kill = sql($sent_gd);
+my $sent_at_kill = sql($node, $sent_gd);
 note("smsbox killed with $sent_at_kill of 400 sent");
 cmp_ok($sent_at_kill, '<', 300, 'the outage starts mid-run');
 # calls in flight at the kill end within the provider timeout; after that
 # nothing may become 'sent' until smsbox is back
 usleep(1_000_000);
-my $sent_down = sql($sent_gd);
+my $sent_down = sql($node, $sent_gd);
 usleep(int(1_000_000 * (4 - (time - $t_kill)))) if time - $t_kill < 4;
-is(sql($sent_gd), $sent_down, 'no job became sent while smsbox was down');
+is(sql($node, $sent_gd), $sent_down, 'no job became sent while smsbox was down');
 # libcurl says "Couldn't connect to server" (7.88), "Could not connect to
 # server" (8.14, Debian 13) or "Connection refused"
-my $refused = sql(q{
+my $refused = sql($node, q{
 	SELECT count(*) FROM notif_calls a JOIN notif_job j ON j.id = a.job_id
 	 WHERE j.kind = 'sms_gd' AND a.outcome = 'unreached'
 	   AND a.error ~ '^Failed to connect .*(Couldn''t connect to server|Could not connect to server|Connection refused)'});
@@ -182,9 +181,9 @@ note("a fresh smsbox crashed (Kannel 1.4.5 quirk) and was started again: $_")
   for @{ $k->{smsbox_crash_lines} // [] };
 
 ok(wait_until($node, "SELECT ($sent_gd) = 400"), 'after the outage all 400 jobs are sent');
-is(sql(q{SELECT count(*) FROM notif_job WHERE kind = 'sms_gd' AND status <> 'sent'}), '0',
+is(sql($node, q{SELECT count(*) FROM notif_job WHERE kind = 'sms_gd' AND status <> 'sent'}), '0',
 	'none failed or expired');
-cmp_ok(sql(q{SELECT count(*) FROM notif_job WHERE kind = 'sms_gd' AND tries > 1}), '>', 0,
+cmp_ok(sql($node, q{SELECT count(*) FROM notif_job WHERE kind = 'sms_gd' AND tries > 1}), '>', 0,
 	'retried across the outage');
 
 ($got, $other, $types) = wait_arrived(@gd);
@@ -198,7 +197,7 @@ is_deeply([ keys %$types ], ['NOTIF ucs-2'], 'all as UCS-2');
 # A duplicate can only come from a call in flight at the kill: smsbox had
 # handed it to bearerbox and died before answering; that call ended
 # 'unknown' and its retry sent a second copy.  Connection refused never does.
-my %unknown = map { $_ => 1 } split /\n/, sql(q{
+my %unknown = map { $_ => 1 } split /\n/, sql($node, q{
 	SELECT DISTINCT j.payload->>'to' FROM notif_calls a JOIN notif_job j ON j.id = a.job_id
 	 WHERE j.kind = 'sms_gd' AND a.outcome = 'unknown'});
 my @unexplained = grep { !$unknown{ (split /\t/)[0] } } @dup;
@@ -206,7 +205,7 @@ is_deeply([ map { encode_utf8($_) } @unexplained ], [],
 	'every duplicate is a job whose call was in flight at the kill (unknown)');
 note(sprintf('outage: %d duplicate(s), %d job(s) with an unknown call, %d refused call(s) retried',
 	scalar(@dup), scalar(keys %unknown), $refused));
-note("unknown call: $_") for split /\n/, sql(q{
+note("unknown call: $_") for split /\n/, sql($node, q{
 	SELECT a.error FROM notif_calls a JOIN notif_job j ON j.id = a.job_id
 	 WHERE j.kind = 'sms_gd' AND a.outcome = 'unknown'});
 
@@ -217,7 +216,7 @@ my $doc_job = $node->safe_psql('postgres', doc_sql('doc/providers.md', 'kannel-e
 ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $doc_job"),
 	'the documented example was sent');
 my ($doc_to, $doc_text) = split /\|/,
-  decode_utf8(sql("SELECT payload->>'to', payload->>'text' FROM notif_job WHERE id = $doc_job"));
+  decode_utf8(sql($node, "SELECT payload->>'to', payload->>'text' FROM notif_job WHERE id = $doc_job"));
 my $doc_msg = [ 812, 'login-7', $doc_to, $doc_text ];
 $earlier{$_} = 1 for keys %$got;
 ($got, $other) = wait_arrived($doc_msg);
@@ -228,15 +227,15 @@ is_deeply($other, [], 'nothing else arrived');
 # 4. wrong credentials are rejected, not retried
 # ---------------------------------------------------------------------------
 (my $bad_url = $url) =~ s/password=[^&]*/password=wrong/;
-sql(qq{
+sql($node, qq{
 	INSERT INTO notif_provider (name, url, format) VALUES ('kannel_badpw', '$bad_url', 'query');
 	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min)
 	VALUES ('sms_badpw', 'at_least_once', 5, 'kannel_badpw', '100 ms')});
-my $bad = sql(q{SELECT notif_enqueue(3000, 'sms_badpw', 'x-1', '{"to": "+84903000001", "text": "Xin chào"}')});
+my $bad = sql($node, q{SELECT notif_enqueue(3000, 'sms_badpw', 'x-1', '{"to": "+84903000001", "text": "Xin chào"}')});
 ok(wait_until($node, "SELECT status <> 'queued' AND claimed_by IS NULL FROM notif_job WHERE id = $bad"),
 	'the job with a wrong password finished');
 is(job_row($node, $bad), 'failed rejected 1 403', 'wrong password: 403, rejected at once, not retried');
-like(sql("SELECT last_error FROM notif_job WHERE id = $bad"), qr/Authorization failed/,
+like(sql($node, "SELECT last_error FROM notif_job WHERE id = $bad"), qr/Authorization failed/,
 	"last_error holds Kannel's answer");
 is(scalar(grep { $_->{to} eq '+84903000001' } $k->received), 0, 'and nothing was sent');
 

@@ -5,7 +5,7 @@
 # pg_stat_activity; the postgres_exporter queries of doc/.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;

@@ -23,7 +23,7 @@
 # Run: make installcheck REGRESS= PROVE_TESTS=test/t/011_guide.pl
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use IPC::Run;
 use Time::HiRes qw(usleep time);

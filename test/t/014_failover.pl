@@ -15,7 +15,7 @@
 # notif_workers() and notif_stats answer, the launcher waits for promotion.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use HaTest;
 use PostgreSQL::Test::Cluster;

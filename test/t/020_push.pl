@@ -9,7 +9,7 @@
 # or notif_attempt.  Each row of job_state.c's answers[] is named.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PushTest;
 use PostgreSQL::Test::Cluster;
@@ -29,17 +29,16 @@ require JSON::PP;
 my $keys = make_push_keys();
 my $node = new_node('push', 'notif_deliver.poll_interval' => "'200ms'");
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 sub q_lit { my ($s) = @_; $s =~ s/'/''/g; return "'$s'"; }
 
 my $sa = service_account_json($keys, 'https://127.0.0.1:1/token');
 my $p8 = apns_key_json($keys);
 
 # --- token.c: every signature verifies with the public key --------------
-sql(q{CREATE FUNCTION notif_jwt_sign(text, jsonb, bigint) RETURNS text
+sql($node, q{CREATE FUNCTION notif_jwt_sign(text, jsonb, bigint) RETURNS text
       LANGUAGE c STRICT AS '$libdir/notif_deliver', 'notif_jwt_sign'});
 my $ecc = Crypt::PK::ECC->new($keys->{ec_pub});
-my @es = split /\n/, sql("SELECT notif_jwt_sign('apns_token', " . q_lit($p8)
+my @es = split /\n/, sql($node, "SELECT notif_jwt_sign('apns_token', " . q_lit($p8)
 	  . ", 1700000000 + g) FROM generate_series(1, 2000) g");
 my ($es_ok, $short) = (0, 0);
 for my $jwt (@es)
@@ -56,7 +55,7 @@ is_deeply([ $h0, $c0 ], [ { alg => 'ES256', kid => 'KEYID12345' }, { iss => 'TEA
 	'ES256: header alg and kid, claims iss and iat');
 
 my $rsa = Crypt::PK::RSA->new($keys->{rsa_pub});
-my @rs = split /\n/, sql("SELECT notif_jwt_sign('google_service_account', " . q_lit($sa)
+my @rs = split /\n/, sql($node, "SELECT notif_jwt_sign('google_service_account', " . q_lit($sa)
 	  . ", 1700000000 + g) FROM generate_series(1, 300) g");
 my $rs_ok = grep {
 	my ($h, $c, $s) = split /\./;
@@ -69,7 +68,7 @@ is_deeply([ $h0, $c0 ],
 	  { iss => 'notif@demo.iam.gserviceaccount.com', scope => 'https://www.googleapis.com/auth/firebase.messaging',
 		aud => 'https://127.0.0.1:1/token', iat => 1700000001, exp => 1700003601 } ],
 	'RS256: header, and claims iss, scope, aud, iat, exp = iat + 3600');
-sql('DROP FUNCTION notif_jwt_sign(text, jsonb, bigint)');
+sql($node, 'DROP FUNCTION notif_jwt_sign(text, jsonb, bigint)');
 
 # --- the rig -------------------------------------------------------------
 my $rig = start_push_rig($keys, 'token-life' => 3, 'apns-max-age' => 3, 'delay-ms' => 100,
@@ -78,11 +77,11 @@ my $base = $rig->{base};
 (my $sa_rig = $sa) =~ s{https://127\.0\.0\.1:1/token}{$base/token} or die;
 my $ca = q_lit($keys->{cert_pem});
 
-sql("INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert, max_connections, timeout)
+sql($node, "INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert, max_connections, timeout)
      VALUES ('fcm', '$base/v1/projects/demo-project/messages:send', 'fcm', 'google_service_account',
              " . q_lit($sa_rig) . ", $ca, 1, '5 s'),
             ('apns', '$base', 'apns', 'apns_token', " . q_lit($p8) . ", $ca, 1, '5 s')");
-sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max) VALUES
+sql($node, q{INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max) VALUES
       ('fcm_push', 'at_least_once', 3, 'fcm', '100 ms', '200 ms'),
       ('apns_push', 'at_least_once', 3, 'apns', '100 ms', '200 ms')});
 
@@ -93,12 +92,12 @@ sub settled
 }
 
 # --- FCM: access tokens of 3 s, refreshed before they expire -------------
-sql(q{SELECT notif_enqueue(g, 'fcm_push', 'r' || g,
+sql($node, q{SELECT notif_enqueue(g, 'fcm_push', 'r' || g,
              jsonb_build_object('token', 'tok' || g, 'data', jsonb_build_object('n', g::text)),
              now() + g * interval '250 ms')
         FROM generate_series(1, 32) g});
 ok(wait_until($node, settled('fcm_push')), 'fcm: the jobs spread over 8 s finished');
-is(sql(q{SELECT string_agg(DISTINCT status || ' ' || tries, ',') FROM notif_job WHERE kind = 'fcm_push'}),
+is(sql($node, q{SELECT string_agg(DISTINCT status || ' ' || tries, ',') FROM notif_job WHERE kind = 'fcm_push'}),
 	'sent 1', 'fcm: every job sent at its first try: the refreshes failed none');
 my $st = push_stats($rig);
 cmp_ok($st->{tokens_issued}, '>=', 3, "fcm: several access tokens fetched ($st->{tokens_issued} for 8 s of 3-s tokens)");
@@ -108,130 +107,130 @@ is($st->{fcm_accepted}, 32, 'fcm: 32 messages accepted');
 
 # answers row fcm_unauthenticated: the token is refused (revoked): refresh, retry
 push_control($rig, '/revoke');
-my $j401 = sql(q{SELECT notif_enqueue(1, 'fcm_push', 'revoked', '{"token": "tok-r", "notification": {"title": "x"}}')});
+my $j401 = sql($node, q{SELECT notif_enqueue(1, 'fcm_push', 'revoked', '{"token": "tok-r", "notification": {"title": "x"}}')});
 ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $j401"),
 	'answers row fcm_unauthenticated: the job was sent after all');
-is(sql("SELECT string_agg(try || ' ' || outcome || ' ' || coalesce(http_status::text, '-'), ',' ORDER BY try) FROM notif_calls WHERE job_id = $j401"),
+is(sql($node, "SELECT string_agg(try || ' ' || outcome || ' ' || coalesce(http_status::text, '-'), ',' ORDER BY try) FROM notif_calls WHERE job_id = $j401"),
 	'1 unreached 401,2 accepted 200', 'answers row fcm_unauthenticated: unreached, a new token, then accepted');
-like(sql("SELECT error FROM notif_calls WHERE job_id = $j401 AND try = 1"), qr/^HTTP 401: UNAUTHENTICATED: /,
+like(sql($node, "SELECT error FROM notif_calls WHERE job_id = $j401 AND try = 1"), qr/^HTTP 401: UNAUTHENTICATED: /,
 	'answers row fcm_unauthenticated: the reason in the error');
 
 # answers row fcm_unregistered: rejected, never retried, listed
-my $j404 = sql(q{SELECT notif_enqueue(77, 'fcm_push', 'dead', '{"token": "dead-fcm-1", "notification": {"title": "x"}}')});
+my $j404 = sql($node, q{SELECT notif_enqueue(77, 'fcm_push', 'dead', '{"token": "dead-fcm-1", "notification": {"title": "x"}}')});
 ok(wait_until($node, "SELECT status = 'failed' FROM notif_job WHERE id = $j404"), 'answers row fcm_unregistered: failed');
 is(job_row($node, $j404), 'failed rejected 1 404', 'answers row fcm_unregistered: rejected at the first try');
-like(sql("SELECT last_error FROM notif_job WHERE id = $j404"), qr/^HTTP 404: UNREGISTERED: Requested entity was not found/,
+like(sql($node, "SELECT last_error FROM notif_job WHERE id = $j404"), qr/^HTTP 404: UNREGISTERED: Requested entity was not found/,
 	'answers row fcm_unregistered: the errorCode in last_error');
-is(sql("SELECT kind || ' ' || user_id || ' ' || token || ' ' || reason || ' ' || (job_id = $j404) FROM notif_unregistered"),
+is(sql($node, "SELECT kind || ' ' || user_id || ' ' || token || ' ' || reason || ' ' || (job_id = $j404) FROM notif_unregistered"),
 	'fcm_push 77 dead-fcm-1 UNREGISTERED true', 'answers row fcm_unregistered: listed in notif_unregistered');
 
 # an FCM 400 INVALID_ARGUMENT: rejected, not listed (the generic 4xx)
-my $j400 = sql(q{SELECT notif_enqueue(78, 'fcm_push', 'bad', '{"token": "bad-fcm", "notification": {"title": "x"}}')});
+my $j400 = sql($node, q{SELECT notif_enqueue(78, 'fcm_push', 'bad', '{"token": "bad-fcm", "notification": {"title": "x"}}')});
 ok(wait_until($node, "SELECT status = 'failed' FROM notif_job WHERE id = $j400"), 'fcm 400: failed');
-is(sql("SELECT count(*) FROM notif_unregistered WHERE job_id = $j400"), '0', 'fcm 400 INVALID_ARGUMENT: not listed');
+is(sql($node, "SELECT count(*) FROM notif_unregistered WHERE job_id = $j400"), '0', 'fcm 400 INVALID_ARGUMENT: not listed');
 
 my $fcm_conns = front_connections($rig, qr{^/(v1/projects|token)});
 is($fcm_conns->{connections}, 1,
 	"fcm: its $fcm_conns->{calls} calls and token fetches shared max_connections = 1 connection");
 
 # --- APNs: N calls in flight over max_connections = 1 --------------------
-sql(q{SELECT notif_enqueue(g, 'apns_push', 'b' || g,
+sql($node, q{SELECT notif_enqueue(g, 'apns_push', 'b' || g,
              jsonb_build_object('device_token', 'a1b2c3' || g,
                                 'headers', '{"apns-push-type": "alert", "apns-topic": "com.example.app"}'::jsonb,
                                 'aps', '{"alert": "hi"}'::jsonb))
         FROM generate_series(1, 40) g});
 ok(wait_until($node, settled('apns_push')), 'apns: a burst of 40 jobs finished');
-is(sql(q{SELECT string_agg(DISTINCT status, ',') FROM notif_job WHERE kind = 'apns_push'}), 'sent', 'apns: all sent');
+is(sql($node, q{SELECT string_agg(DISTINCT status, ',') FROM notif_job WHERE kind = 'apns_push'}), 'sent', 'apns: all sent');
 $st = push_stats($rig);
 cmp_ok($st->{max_inflight}, '>=', 10, "apns: calls were in flight together (up to $st->{max_inflight})");
 my $apns_conns = front_connections($rig, qr{^/3/device/});
 is($apns_conns->{connections}, 1, "apns: $apns_conns->{calls} calls used max_connections = 1 connection");
 
 # answers row apns_expired_provider_token: provider tokens older than 3 s are refused
-sql(q{SELECT notif_enqueue(g, 'apns_push', 'e' || g,
+sql($node, q{SELECT notif_enqueue(g, 'apns_push', 'e' || g,
              jsonb_build_object('device_token', 'e1e2' || g,
                                 'headers', '{"apns-topic": "com.example.app"}'::jsonb, 'aps', '{}'::jsonb),
              now() + g * interval '250 ms')
         FROM generate_series(1, 32) g});
 ok(wait_until($node, settled('apns_push')), 'apns: the jobs spread over 8 s finished');
-is(sql(q{SELECT string_agg(DISTINCT status, ',') FROM notif_job WHERE kind = 'apns_push'}), 'sent',
+is(sql($node, q{SELECT string_agg(DISTINCT status, ',') FROM notif_job WHERE kind = 'apns_push'}), 'sent',
 	'answers row apns_expired_provider_token: every job sent after all');
 $st = push_stats($rig);
 cmp_ok($st->{apns_expired_tokens}, '>=', 1, "answers row apns_expired_provider_token: answered ($st->{apns_expired_answers} calls, $st->{apns_expired_tokens} tokens)");
 is($st->{apns_jwt_verified}, $st->{apns_expired_tokens} + 1,
 	'answers row apns_expired_provider_token: one new provider token per expired one, no more');
 is($st->{apns_jwt_bad}, 0, 'apns: every provider token verified (ES256, kid, iss)');
-my $expired = sql(q{SELECT a.outcome || ' ' || a.http_status || ' ' || a.error FROM notif_calls a
+my $expired = sql($node, q{SELECT a.outcome || ' ' || a.http_status || ' ' || a.error FROM notif_calls a
                      JOIN notif_job j ON j.id = a.job_id WHERE j.kind = 'apns_push' AND a.try = 1
                       AND a.http_status = 403 LIMIT 1});
 is($expired, 'unreached 403 HTTP 403: ExpiredProviderToken',
 	'answers row apns_expired_provider_token: unreached, the reason in the error, retried');
 
 # rows APNs 410 Unregistered and 400 BadDeviceToken: rejected and listed
-my $j410 = sql(q{SELECT notif_enqueue(90, 'apns_push', 'gone', '{"device_token": "dead0001", "headers": {"apns-topic": "t"}, "aps": {}}')});
-my $jbad = sql(q{SELECT notif_enqueue(91, 'apns_push', 'baddev', '{"device_token": "bad00002", "headers": {"apns-topic": "t"}, "aps": {}}')});
+my $j410 = sql($node, q{SELECT notif_enqueue(90, 'apns_push', 'gone', '{"device_token": "dead0001", "headers": {"apns-topic": "t"}, "aps": {}}')});
+my $jbad = sql($node, q{SELECT notif_enqueue(91, 'apns_push', 'baddev', '{"device_token": "bad00002", "headers": {"apns-topic": "t"}, "aps": {}}')});
 ok(wait_until($node, "SELECT count(*) = 2 FROM notif_job WHERE id IN ($j410, $jbad) AND status = 'failed'"),
 	'answers rows apns_unregistered, apns_bad_device_token: failed');
 # (a first try may meet an expired provider token: count the calls that got the answer)
 sub answered
 {
 	my ($id, $status) = @_;
-	return sql("SELECT j.status || ' ' || j.outcome || ' ' || j.http_status || ' ' || count(a.*)
+	return sql($node, "SELECT j.status || ' ' || j.outcome || ' ' || j.http_status || ' ' || count(a.*)
 	              FROM notif_job j JOIN notif_calls a ON a.job_id = j.id AND a.http_status = $status
 	             WHERE j.id = $id GROUP BY j.id");
 }
 is(answered($j410, 410), 'failed rejected 410 1', 'answers row apns_unregistered: rejected, not retried');
 is(answered($jbad, 400), 'failed rejected 400 1', 'answers row apns_bad_device_token: rejected, not retried');
-is(sql("SELECT string_agg(user_id || ' ' || token || ' ' || reason, ',' ORDER BY user_id) FROM notif_unregistered WHERE kind = 'apns_push'"),
+is(sql($node, "SELECT string_agg(user_id || ' ' || token || ' ' || reason, ',' ORDER BY user_id) FROM notif_unregistered WHERE kind = 'apns_push'"),
 	'90 dead0001 Unregistered,91 bad00002 BadDeviceToken', 'answers rows apns_unregistered, apns_bad_device_token: listed in notif_unregistered');
-is(sql("SELECT reported_at = to_timestamp(1700000000) FROM notif_unregistered WHERE job_id = $j410"), 't',
+is(sql($node, "SELECT reported_at = to_timestamp(1700000000) FROM notif_unregistered WHERE job_id = $j410"), 't',
 	'answers row apns_unregistered: with the timestamp APNs gave');
 
 # row apns_too_many_requests (Retry-After: 2): unreached, retried no
 # sooner; only that device waits, not the provider
-my $j429 = sql(q{SELECT notif_enqueue(92, 'apns_push', 'busy', '{"device_token": "c0de0003", "headers": {"apns-topic": "t"}, "aps": {}}')});
+my $j429 = sql($node, q{SELECT notif_enqueue(92, 'apns_push', 'busy', '{"device_token": "c0de0003", "headers": {"apns-topic": "t"}, "aps": {}}')});
 ok(wait_until($node, "SELECT EXISTS (SELECT 1 FROM notif_calls WHERE job_id = $j429 AND http_status = 429)"),
 	'answers row apns_too_many_requests: answered 429');
-my $other = sql(q{SELECT notif_enqueue(92, 'apns_push', 'not-busy', '{"device_token": "0a0b0c", "headers": {"apns-topic": "t"}, "aps": {}}')});
+my $other = sql($node, q{SELECT notif_enqueue(92, 'apns_push', 'not-busy', '{"device_token": "0a0b0c", "headers": {"apns-topic": "t"}, "aps": {}}')});
 ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $other"), 'apns 429: another device\'s job was sent');
-is(sql("SELECT (SELECT sent_at FROM notif_job WHERE id = $other)
+is(sql($node, "SELECT (SELECT sent_at FROM notif_job WHERE id = $other)
              < (SELECT ended_at + interval '2 s' FROM notif_calls WHERE job_id = $j429 AND http_status = 429)"),
 	't', 'answers row apns_too_many_requests: the provider was not paused for it');
 ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $j429"), 'apns 429: sent after all');
 # (a provider token may expire in between: look at the 429 attempt and the next)
-is(sql("SELECT outcome || ' ' || http_status || ' ' || error FROM notif_calls WHERE job_id = $j429 AND http_status = 429"),
+is(sql($node, "SELECT outcome || ' ' || http_status || ' ' || error FROM notif_calls WHERE job_id = $j429 AND http_status = 429"),
 	'unreached 429 HTTP 429: TooManyRequests', 'answers row apns_too_many_requests: unreached, the reason in the error');
-is(sql("SELECT a2.started_at - a1.ended_at >= interval '2 s' FROM notif_calls a1
+is(sql($node, "SELECT a2.started_at - a1.ended_at >= interval '2 s' FROM notif_calls a1
           JOIN notif_calls a2 ON a2.job_id = a1.job_id AND a2.try = a1.try + 1
          WHERE a1.job_id = $j429 AND a1.http_status = 429"),
 	't', 'answers row apns_too_many_requests: the retry waited for Retry-After (2 s)');
 
 # row fcm_quota_exceeded: unreached, and no retry for at least a minute
 # (FCM's advice for its message-rate quota; no Retry-After was given)
-my $jq = sql(q{SELECT notif_enqueue(79, 'fcm_push', 'quota', '{"token": "quota-1", "notification": {"title": "x"}}')});
+my $jq = sql($node, q{SELECT notif_enqueue(79, 'fcm_push', 'quota', '{"token": "quota-1", "notification": {"title": "x"}}')});
 ok(wait_until($node, "SELECT status = 'queued' AND tries = 1 FROM notif_job WHERE id = $jq"),
 	'answers row fcm_quota_exceeded: queued again after one try');
-is(sql("SELECT j.outcome || ' ' || j.http_status || ' ' || (j.next_at >= a.ended_at + interval '60 s')
+is(sql($node, "SELECT j.outcome || ' ' || j.http_status || ' ' || (j.next_at >= a.ended_at + interval '60 s')
           FROM notif_job j JOIN notif_calls a ON a.job_id = j.id WHERE j.id = $jq"),
 	'unreached 429 true', 'answers row fcm_quota_exceeded: unreached, next try a minute later at the earliest');
-like(sql("SELECT last_error FROM notif_job WHERE id = $jq"), qr/^HTTP 429: QUOTA_EXCEEDED: /,
+like(sql($node, "SELECT last_error FROM notif_job WHERE id = $jq"), qr/^HTTP 429: QUOTA_EXCEEDED: /,
 	'answers row fcm_quota_exceeded: the errorCode in last_error');
-sql("SELECT notif_cancel($jq)");
+sql($node, "SELECT notif_cancel($jq)");
 # (the quota pauses the whole provider for that minute: FCM's quota is the project's)
 
 # row apns_invalid_provider_token: a key APNs does not know (another key
 # id): unreached, retried with the same token (no re-signing within 20
 # minutes), failed when the tries run out, with the reason; logged once
-sql("INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert)
+sql($node, "INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert)
      VALUES ('apns_badkey', '$base', 'apns', 'apns_token', "
 	  . q_lit($p8 =~ s/KEYID12345/WRONGKID00/r) . ", $ca)");
-sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
+sql($node, q{INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
       VALUES ('apns_badkey', 'at_least_once', 3, 'apns_badkey', '100 ms', '100 ms')});
 my $bad_before = push_stats($rig)->{apns_jwt_bad};
 my $log_at = -s $node->logfile;
-my $jinv = sql(q{SELECT notif_enqueue(98, 'apns_badkey', 'k1', '{"device_token": "ab", "headers": {"apns-topic": "t"}, "aps": {}}')});
+my $jinv = sql($node, q{SELECT notif_enqueue(98, 'apns_badkey', 'k1', '{"device_token": "ab", "headers": {"apns-topic": "t"}, "aps": {}}')});
 ok(wait_until($node, "SELECT status = 'failed' FROM notif_job WHERE id = $jinv"), 'answers row apns_invalid_provider_token: failed');
-is(job_row($node, $jinv) . ' ' . sql("SELECT last_error FROM notif_job WHERE id = $jinv"),
+is(job_row($node, $jinv) . ' ' . sql($node, "SELECT last_error FROM notif_job WHERE id = $jinv"),
 	'failed unreached 3 403 HTTP 403: InvalidProviderToken',
 	'answers row apns_invalid_provider_token: unreached at each of its 3 tries, the reason in last_error');
 is(push_stats($rig)->{apns_jwt_bad} - $bad_before, 1, 'answers row apns_invalid_provider_token: one provider token, not re-signed');
@@ -240,41 +239,41 @@ is_deeply(\@refusals, [ 'provider "apns_badkey" refused the sender\'s token: Inv
 	'answers row apns_invalid_provider_token: logged once');
 
 # a type moved to an apns provider: its old payloads fail before any call
-sql(q{INSERT INTO notif_type (code, delivery, max_tries, paused) VALUES ('moved', 'at_least_once', 3, true)});
-my $moved = sql(q{SELECT notif_enqueue(93, 'moved', 'm1', '{"text": "not a push message"}')});
+sql($node, q{INSERT INTO notif_type (code, delivery, max_tries, paused) VALUES ('moved', 'at_least_once', 3, true)});
+my $moved = sql($node, q{SELECT notif_enqueue(93, 'moved', 'm1', '{"text": "not a push message"}')});
 my $calls_before = push_stats($rig)->{apns_calls};
-sql(q{UPDATE notif_type SET provider = 'apns', paused = false WHERE code = 'moved'});
+sql($node, q{UPDATE notif_type SET provider = 'apns', paused = false WHERE code = 'moved'});
 ok(wait_until($node, "SELECT status = 'failed' FROM notif_job WHERE id = $moved"), 'moved type: the old job failed');
-is(sql("SELECT outcome || ' ' || coalesce(http_status::text, '-') || ' ' || last_error FROM notif_job WHERE id = $moved"),
+is(sql($node, "SELECT outcome || ' ' || coalesce(http_status::text, '-') || ' ' || last_error FROM notif_job WHERE id = $moved"),
 	'rejected - payload refused before the call: not a valid APNs message: it has no "device_token"',
 	'moved type: rejected with the reason, no HTTP status');
 is(push_stats($rig)->{apns_calls}, $calls_before, 'moved type: no call was made');
 
 # (1.4) a provider's apns_topics, pinned after the enqueue: a job that names
 # another topic fails before any call (at enqueue it is refused: sql/push.sql)
-sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider, paused) VALUES ('pinned', 'at_least_once', 3, 'apns', true)});
-my $pinned = sql(q{SELECT notif_enqueue(95, 'pinned', 'p1', '{"device_token": "ab", "headers": {"apns-topic": "com.other.app"}, "aps": {}}')});
+sql($node, q{INSERT INTO notif_type (code, delivery, max_tries, provider, paused) VALUES ('pinned', 'at_least_once', 3, 'apns', true)});
+my $pinned = sql($node, q{SELECT notif_enqueue(95, 'pinned', 'p1', '{"device_token": "ab", "headers": {"apns-topic": "com.other.app"}, "aps": {}}')});
 $calls_before = push_stats($rig)->{apns_calls};
-sql(q{UPDATE notif_provider SET apns_topics = '{com.example.app}' WHERE name = 'apns';
+sql($node, q{UPDATE notif_provider SET apns_topics = '{com.example.app}' WHERE name = 'apns';
       UPDATE notif_type SET paused = false WHERE code = 'pinned'});
 ok(wait_until($node, "SELECT status = 'failed' FROM notif_job WHERE id = $pinned"), 'apns_topics: the job of another topic failed');
-is(sql("SELECT outcome || ' ' || coalesce(http_status::text, '-') || ' ' || last_error FROM notif_job WHERE id = $pinned"),
+is(sql($node, "SELECT outcome || ' ' || coalesce(http_status::text, '-') || ' ' || last_error FROM notif_job WHERE id = $pinned"),
 	'rejected - payload refused before the call: not a valid APNs message: "headers": apns-topic "com.other.app" is not one of its provider\'s apns_topics ("com.example.app")',
 	'apns_topics: rejected with the reason, no HTTP status');
 is(push_stats($rig)->{apns_calls}, $calls_before, 'apns_topics: no call was made');
-sql(q{UPDATE notif_provider SET apns_topics = NULL WHERE name = 'apns'});
+sql($node, q{UPDATE notif_provider SET apns_topics = NULL WHERE name = 'apns'});
 
 # apns needs HTTP/2: pointed at the plain HTTP/1.1 backend, a clear error
-sql("INSERT INTO notif_provider (name, url, format, auth, credentials)
+sql($node, "INSERT INTO notif_provider (name, url, format, auth, credentials)
      VALUES ('apns_h1', 'http://127.0.0.1:$rig->{back}', 'apns', 'apns_token', " . q_lit($p8) . ")");
-sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES ('apns_h1', 'at_least_once', 3, 'apns_h1')});
-my $h1 = sql(q{SELECT notif_enqueue(94, 'apns_h1', 'h1', '{"device_token": "ab", "headers": {"apns-topic": "t"}, "aps": {}}')});
+sql($node, q{INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES ('apns_h1', 'at_least_once', 3, 'apns_h1')});
+my $h1 = sql($node, q{SELECT notif_enqueue(94, 'apns_h1', 'h1', '{"device_token": "ab", "headers": {"apns-topic": "t"}, "aps": {}}')});
 ok(wait_until($node, "SELECT status = 'failed' FROM notif_job WHERE id = $h1"), 'apns over HTTP/1.1: failed');
-like(sql("SELECT last_error FROM notif_job WHERE id = $h1"), qr/APNs requires HTTP\/2/, 'apns over HTTP/1.1: last_error says HTTP/2 is required');
+like(sql($node, "SELECT last_error FROM notif_job WHERE id = $h1"), qr/APNs requires HTTP\/2/, 'apns over HTTP/1.1: last_error says HTTP/2 is required');
 
 # at_most_once over HTTP/2 (its body goes through the read callback, once)
-sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES ('apns_amo', 'at_most_once', 3, 'apns')});
-my $amo = sql(q{SELECT notif_enqueue(95, 'apns_amo', 'a1', '{"device_token": "a0a0", "headers": {"apns-topic": "t"}, "aps": {"alert": "x"}}')});
+sql($node, q{INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES ('apns_amo', 'at_most_once', 3, 'apns')});
+my $amo = sql($node, q{SELECT notif_enqueue(95, 'apns_amo', 'a1', '{"device_token": "a0a0", "headers": {"apns-topic": "t"}, "aps": {"alert": "x"}}')});
 ok(wait_until($node, "SELECT status = 'sent' AND claimed_by IS NULL FROM notif_job WHERE id = $amo"), 'apns at_most_once: sent');
 like(job_row($node, $amo), qr/^sent accepted [12] 200$/,
 	'apns at_most_once: accepted (at the second try if its provider token had just expired)');
@@ -284,13 +283,13 @@ like(job_row($node, $amo), qr/^sent accepted [12] 200$/,
 # however often the token is fetched again; once the credentials are right
 # the jobs go
 (my $sa_wrong = $sa_rig) =~ s/notif\@demo\.iam/intruder\@demo.iam/ or die;
-sql("INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert)
+sql($node, "INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert)
      VALUES ('fcm_wait', '$base/v1/projects/demo-project/messages:send', 'fcm', 'google_service_account',
              " . q_lit($sa_wrong) . ", $ca)");
-sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES ('fcm_wait', 'at_least_once', 1, 'fcm_wait')});
+sql($node, q{INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES ('fcm_wait', 'at_least_once', 1, 'fcm_wait')});
 my $log_offset = -s $node->logfile;
 my $refused_before = push_stats($rig)->{assertions_bad};
-my $waiting = sql(q{SELECT notif_enqueue(96, 'fcm_wait', 'w1', '{"topic": "news"}')});
+my $waiting = sql($node, q{SELECT notif_enqueue(96, 'fcm_wait', 'w1', '{"topic": "news"}')});
 my $refetched = 0;
 for (1 .. 300)
 {
@@ -299,13 +298,13 @@ for (1 .. 300)
 }
 cmp_ok($refetched, '>=', 3, 'no token: the token endpoint refused the assertion again and again');
 is(job_row($node, $waiting), 'queued - 0 -', 'no token: the job waits, untried');
-my $meanwhile = sql(q{SELECT notif_enqueue(97, 'apns_push', 'meanwhile', '{"device_token": "ab", "headers": {"apns-topic": "t"}, "aps": {}}')});
+my $meanwhile = sql($node, q{SELECT notif_enqueue(97, 'apns_push', 'meanwhile', '{"device_token": "ab", "headers": {"apns-topic": "t"}, "aps": {}}')});
 ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $meanwhile"),
 	'no token: the lane goes on with its other providers');
 my @fetch_logs = slurp_file($node->logfile, $log_offset) =~ /(could not get an access token for provider "fcm_wait": .*)/g;
 is_deeply(\@fetch_logs, [ 'could not get an access token for provider "fcm_wait": HTTP 400 from the token endpoint: invalid_grant: iss' ],
 	'no token: logged once, with Google\'s error');
-sql("UPDATE notif_provider SET credentials = " . q_lit($sa_rig) . " WHERE name = 'fcm_wait'");
+sql($node, "UPDATE notif_provider SET credentials = " . q_lit($sa_rig) . " WHERE name = 'fcm_wait'");
 ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $waiting"), 'no token: sent once a token could be had');
 is(job_row($node, $waiting), 'sent accepted 1 200', 'no token: at its first try');
 
@@ -321,9 +320,9 @@ $doc_apns =~ s/'1 hour', 'apns'/'1 hour', 'apns_doc'/ or die;
 $doc_apns =~ s/ABC123DEFG/KEYID12345/; $doc_apns =~ s/DEF123GHIJ/TEAMID1234/;
 $node->safe_psql('postgres', $doc_fcm);
 $node->safe_psql('postgres', $doc_apns);
-is(sql(q{SELECT url IS NULL AND max_connections = 4 FROM notif_provider WHERE name = 'fcm_doc'}), 't',
+is(sql($node, q{SELECT url IS NULL AND max_connections = 4 FROM notif_provider WHERE name = 'fcm_doc'}), 't',
 	'doc fcm: the row as documented (url NULL: the default FCM URL)');
-sql("UPDATE notif_provider SET url = '$base/v1/projects/demo-project/messages:send', ca_cert = $ca WHERE name = 'fcm_doc';
+sql($node, "UPDATE notif_provider SET url = '$base/v1/projects/demo-project/messages:send', ca_cert = $ca WHERE name = 'fcm_doc';
      UPDATE notif_provider SET url = '$base', ca_cert = $ca WHERE name = 'apns_doc'");
 my $doc_fcm_job = $node->safe_psql('postgres', doc_sql('doc/providers.md', 'fcm-enqueue'));
 my $doc_apns_job = $node->safe_psql('postgres', doc_sql('doc/providers.md', 'apns-enqueue'));
@@ -331,22 +330,22 @@ ok(wait_until($node, "SELECT count(*) = 2 FROM notif_job WHERE id IN ($doc_fcm_j
 	'doc fcm and apns: the examples were sent');
 
 # pruning notif_unregistered as documented
-sql(q{CREATE TABLE app_device (user_id bigint, token text);
+sql($node, q{CREATE TABLE app_device (user_id bigint, token text);
       INSERT INTO app_device VALUES (77, 'dead-fcm-1'), (90, 'dead0001'), (91, 'bad00002'), (5, 'alive')});
-sql(doc_sql('doc/providers.md', 'prune'));
-is(sql(q{SELECT string_agg(user_id || ' ' || token, ',') FROM app_device}), '5 alive',
+sql($node, doc_sql('doc/providers.md', 'prune'));
+is(sql($node, q{SELECT string_agg(user_id || ' ' || token, ',') FROM app_device}), '5 alive',
 	'doc prune: the dead tokens deleted on the app\'s side');
-is(sql(q{SELECT count(*) FROM notif_unregistered}), '0', 'doc prune: and from notif_unregistered');
+is(sql($node, q{SELECT count(*) FROM notif_unregistered}), '0', 'doc prune: and from notif_unregistered');
 
 # --- url NULL: an fcm provider defaults to FCM v1's URL for its project ---
 # (no network here: the call fails resolving Google's host, which names it)
-sql("INSERT INTO notif_provider (name, format, auth, credentials, ca_cert, timeout)
+sql($node, "INSERT INTO notif_provider (name, format, auth, credentials, ca_cert, timeout)
      VALUES ('fcm_default', 'fcm', 'google_service_account', " . q_lit($sa_rig) . ", $ca, '5 s')");
-sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES ('fcm_default_push', 'at_least_once', 1, 'fcm_default')});
-my $jdef = sql(q{SELECT notif_enqueue(1, 'fcm_default_push', 'd', '{"token": "tok-d", "notification": {"title": "x"}}')});
+sql($node, q{INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES ('fcm_default_push', 'at_least_once', 1, 'fcm_default')});
+my $jdef = sql($node, q{SELECT notif_enqueue(1, 'fcm_default_push', 'd', '{"token": "tok-d", "notification": {"title": "x"}}')});
 ok(wait_until($node, "SELECT status = 'failed' FROM notif_job WHERE id = $jdef"),
 	'fcm, url NULL: the job was tried');
-like(sql("SELECT last_error FROM notif_job WHERE id = $jdef"), qr{fcm\.googleapis\.com},
+like(sql($node, "SELECT last_error FROM notif_job WHERE id = $jdef"), qr{fcm\.googleapis\.com},
 	'fcm, url NULL: the call went to fcm.googleapis.com');
 
 # --- from the server's side: HTTP/2 for every call through the front -----
@@ -369,9 +368,9 @@ my $whole_log = slurp_file($node->logfile);
 ok(index($whole_log, $rsa_line) >= 0 && index($whole_log, $ec_line) >= 0,
 	'the key needles are found where the keys are (the test\'s own INSERTs, logged)');
 (my $log = $whole_log) =~ s/^[^\n]*(LOG:  statement|STATEMENT): [^\n]*(\n\t[^\n]*)*//mg;
-my $tables = sql(q{SELECT coalesce(string_agg(last_error, ' '), '') FROM notif_job})
-  . sql(q{SELECT coalesce(string_agg(error, ' '), '') FROM notif_calls})
-  . sql(q{SELECT coalesce(string_agg(coalesce(query, '') || ' ' || coalesce(application_name, ''), ' '), '') FROM pg_stat_activity});
+my $tables = sql($node, q{SELECT coalesce(string_agg(last_error, ' '), '') FROM notif_job})
+  . sql($node, q{SELECT coalesce(string_agg(error, ' '), '') FROM notif_calls})
+  . sql($node, q{SELECT coalesce(string_agg(coalesce(query, '') || ' ' || coalesce(application_name, ''), ' '), '') FROM pg_stat_activity});
 my @leaks = grep { index($log, $_) >= 0 || index($tables, $_) >= 0 } @needles;
 is(scalar(@leaks), 0, 'no token, assertion or key in the server log, notif_job, notif_attempt or pg_stat_activity');
 unlike($log, qr/\beyJ[A-Za-z0-9_-]{10,}/, 'no JWT-looking text in the server log');

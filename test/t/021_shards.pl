@@ -11,7 +11,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 
 my $N = 4;

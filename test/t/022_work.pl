@@ -13,7 +13,7 @@
 # updates of a backlog are heap-only.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;

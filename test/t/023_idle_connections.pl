@@ -6,7 +6,7 @@
 # of its multi handles takes reuse their connections from burst to burst.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -34,13 +34,6 @@ sub registered
 	return $n;
 }
 
-sub sender_pid
-{
-	wait_until($node, q{SELECT count(*) = 1 FROM pg_stat_activity
-	                     WHERE application_name = 'notif_deliver sender idle'});
-	return $node->safe_psql('postgres', q{SELECT pid FROM pg_stat_activity
-	                                       WHERE application_name = 'notif_deliver sender idle'});
-}
 
 sub wait_registered
 {
@@ -56,7 +49,7 @@ sub wait_registered
 # jobs sent, some at once: the sender's connections stay open, idle
 $node->safe_psql('postgres', q{SELECT notif_enqueue(1, 'idle', 'o-1', '{"to": "+84900000001"}')});
 ok(wait_until($node, q{SELECT status = 'sent' FROM notif_job WHERE order_id = 'o-1'}), 'the first job is sent');
-my $pid = sender_pid();
+my $pid = sender_pid($node, q{idle});
 $node->safe_psql('postgres', q{
 	SELECT notif_enqueue(g, 'idle', 'b-' || g, '{"to": "+84900000002"}') FROM generate_series(1, 40) g});
 ok(wait_until($node, q{SELECT count(*) = 40 FROM notif_job WHERE order_id LIKE 'b-%' AND status = 'sent'}),

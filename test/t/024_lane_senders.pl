@@ -8,7 +8,7 @@
 # their calls, record them, and leave.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -48,7 +48,7 @@ sub set_senders
 	$node->reload;
 }
 
-sub enqueue
+sub enqueue_bulk
 {
 	my ($prefix, $n) = @_;
 	$node->safe_psql('postgres', qq{
@@ -82,7 +82,7 @@ ok(senders_running(1), 'one sender per lane by default');
 set_senders(2);
 ok(senders_running(2), 'senders_per_lane = 2 starts a second sender for the lane, with its own pid');
 sim_get($sim, '/config?latency_ms=300');
-enqueue('a', 300);
+enqueue_bulk('a', 300);
 ok(wait_until($node, q{SELECT count(*) = 300 FROM notif_job WHERE order_id LIKE 'a-%' AND status = 'sent'}),
 	'a burst of 300 is sent');
 my $most = most_in_flight('a');
@@ -99,7 +99,7 @@ is($node->safe_psql('postgres', q{
 # --- a third sender starts while the others have calls in flight: its
 # recovery leaves their jobs alone ---
 sim_get($sim, '/config?latency_ms=2000');
-enqueue('b', 30);
+enqueue_bulk('b', 30);
 ok(wait_until($node, q{SELECT count(*) = 30 FROM notif_job WHERE order_id LIKE 'b-%' AND status = 'sending'}),
 	'30 calls in flight (the provider answers in 2 s)');
 set_senders(3);
@@ -116,7 +116,7 @@ is("$keys $twice", '30 0', 'the provider received each once');
 
 # --- three senders: 40 shared out as 13 each, rounded down ---
 sim_get($sim, '/config?latency_ms=300');
-enqueue('r', 200);
+enqueue_bulk('r', 200);
 ok(wait_until($node, q{SELECT count(*) = 200 FROM notif_job WHERE order_id LIKE 'r-%' AND status = 'sent'}),
 	'a burst of 200 is sent by three senders');
 $most = most_in_flight('r');
@@ -126,7 +126,7 @@ cmp_ok($most, '<=', 39, "the three together stayed within the lane's 40 ($most a
 # --- a sender stopped mid-call is replaced; the other senders go on ---
 sim_get($sim, '/config?latency_ms=2000');
 my @before = sender_pids();
-enqueue('c', 30);
+enqueue_bulk('c', 30);
 ok(wait_until($node, q{SELECT count(*) = 30 FROM notif_job WHERE order_id LIKE 'c-%' AND status = 'sending'}),
 	'30 calls in flight');
 ok(wait_until($node, q{SELECT sum(in_flight) = 30 FROM notif_workers() WHERE role = 'sender' AND lane = 'bulk'}),
@@ -150,7 +150,7 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM notif_job WHERE order_id 
 is($keys, 30, 'the provider received each of them');
 
 # --- back to one sender: the extra ones retire, their calls not cut ---
-enqueue('e', 30);
+enqueue_bulk('e', 30);
 ok(wait_until($node, q{SELECT count(*) = 30 FROM notif_job WHERE order_id LIKE 'e-%' AND status = 'sending'}),
 	'30 calls in flight');
 my $spread = $node->safe_psql('postgres', q{
@@ -168,7 +168,7 @@ my @retired = (slurp_file($node->logfile) =~ /sender of lane "bulk" retired, its
 is(scalar(@retired), 2, 'the two extra senders retired (said once each)');
 like(slurp_file($node->logfile), qr/a sender of lane "bulk" stopped/, 'the launcher freed their slots');
 sim_get($sim, '/config?latency_ms=0');
-enqueue('d', 50);
+enqueue_bulk('d', 50);
 ok(wait_until($node, q{SELECT count(*) = 50 FROM notif_job WHERE order_id LIKE 'd-%' AND status = 'sent'}),
 	'the remaining sender sends on');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM notif_active}), '0', 'nothing is left held or queued');
@@ -182,7 +182,7 @@ $node->safe_psql('postgres', doc_sql('doc/guide.md', 'lane-senders'));
 ok(senders_running(2), 'notif_lane, as guide.md shows it: lane bulk has the 2 senders its row says, while the setting is 1');
 $node->safe_psql('postgres', q{UPDATE notif_lane SET senders = 3 WHERE lane = 'bulk'});
 ok(senders_running(3), 'raised to 3 by an UPDATE');
-enqueue('l', 200);
+enqueue_bulk('l', 200);
 ok(wait_until($node, q{SELECT count(*) = 200 FROM notif_job WHERE order_id LIKE 'l-%' AND status = 'sent'}),
 	'they send a burst');
 ($keys, $twice) = received('l');

@@ -28,7 +28,7 @@
 # Autovacuum is off, so that only the statistics set here are seen.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;

@@ -22,7 +22,7 @@
 # into the slot's new provider.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PushTest;
 use PostgreSQL::Test::Cluster;

@@ -12,7 +12,7 @@
 # re-sends a buffer on its own, never the read callback's body).
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -43,12 +43,6 @@ for my $p (sort keys %providers)
 		VALUES ('$p', '$delivery', 1, '$p', 'reuse')});
 }
 
-sub enqueue
-{
-	my ($kind, $order) = @_;
-	return $node->safe_psql('postgres',
-		qq{SELECT notif_enqueue(7, '$kind', '$order', '{"to":"+84900000007","text":"$order"}')});
-}
 
 sub wait_final
 {
@@ -124,19 +118,19 @@ for my $p ('r_json', 'r_amo')
 	$node->safe_psql('postgres', qq{UPDATE notif_provider SET headers = '{"X-Sim-Fault": "reset"}' WHERE name = '$p'});
 }
 ok(wait_config_read($node, 'reuse'), 'the sender read the reset faults');
-my $warm = enqueue('r_form', 'warm');
+my $warm = enqueue($node, 7, 'r_form', 'warm', 'warm');
 ok(wait_final($warm), 'an at_least_once POST went out over the kept-alive connection');
 is(job_row($node, $warm), 'sent accepted 1 200', 'it was accepted');
-my $amo = enqueue('r_amo', 'hit');
+my $amo = enqueue($node, 7, 'r_amo', 'hit', 'hit');
 ok(wait_final($amo), 'the at_most_once call after it finished');
 is(job_row($node, $amo), 'sent unknown 1 -', 'at_most_once, reset after receipt: sent/unknown');
 is(ledger_key($sim, 'r_amo:7:hit'), '1 0 1', 'at_most_once: the provider got it exactly once (no re-send)');
 
 # And libcurl's re-send of an at_least_once call goes to that call's URL
 # (the handle's last call went elsewhere).
-my $warm2 = enqueue('r_query', 'warm2');
+my $warm2 = enqueue($node, 7, 'r_query', 'warm2', 'warm2');
 ok(wait_final($warm2), 'a GET to another URL went out over the kept-alive connection');
-my $alo = enqueue('r_json', 'hit');
+my $alo = enqueue($node, 7, 'r_json', 'hit', 'hit');
 ok(wait_final($alo), 'the at_least_once call after it finished');
 # libcurl 7.88 (Debian 12) sends it twice; 8.14 (Debian 13 on) may send it
 # a third time, when the fresh connection is reset too: each copy the same body

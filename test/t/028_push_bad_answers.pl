@@ -1,6 +1,6 @@
 # 028_push_bad_answers.pl: a push provider's answers that are not what the
 # platform documents never stop a sender, and what they say is stored as
-# text.  On the loopback push rig (test/PushTest.pm): a token endpoint
+# text.  On the loopback push rig (test/lib/perl/PushTest.pm): a token endpoint
 # whose expires_in is out of any range (1e30, -5) is a failed fetch, logged
 # once, retried with backoff, and the jobs wait for a good answer; so is
 # one whose access_token is not a bearer token (a CR LF in it would add a
@@ -14,7 +14,7 @@
 # sender is the same process: nothing made it exit.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PushTest;
 use PostgreSQL::Test::Cluster;
@@ -29,7 +29,6 @@ if (my $missing = push_rig_missing())
 my $keys = make_push_keys();
 my $node = new_node('push_bad', 'notif_deliver.poll_interval' => "'200ms'");
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 sub q_lit { my ($s) = @_; $s =~ s/'/''/g; return "'$s'"; }
 
 my $rig = start_push_rig($keys, 'token-life' => 3600);
@@ -39,29 +38,29 @@ my $ca = q_lit($keys->{cert_pem});
 my $sa = service_account_json($keys, "$base/token");
 my $p8 = apns_key_json($keys);
 
-sql("INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert, timeout)
+sql($node, "INSERT INTO notif_provider (name, url, format, auth, credentials, ca_cert, timeout)
      VALUES ('fcm', '$base/v1/projects/demo-project/messages:send', 'fcm', 'google_service_account',
              " . q_lit($sa) . ", $ca, '5 s'),
             ('fcm2', '$base/v1/projects/demo-project/messages:send', 'fcm', 'google_service_account',
              " . q_lit($sa) . ", $ca, '5 s'),
             ('apns', '$base', 'apns', 'apns_token', " . q_lit($p8) . ", $ca, '5 s')");
-sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max) VALUES
+sql($node, q{INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max) VALUES
       ('fcm_push', 'at_least_once', 2, 'fcm', '100 ms', '200 ms'),
       ('fcm2_push', 'at_least_once', 2, 'fcm2', '100 ms', '200 ms'),
       ('apns_push', 'at_least_once', 2, 'apns', '100 ms', '200 ms')});
 ok(wait_until($node, "SELECT count(*) = 1 FROM notif_workers() WHERE role = 'sender'"), 'a sender runs');
-my $sender = sql("SELECT pid FROM notif_workers() WHERE role = 'sender'");
+my $sender = sql($node, "SELECT pid FROM notif_workers() WHERE role = 'sender'");
 
 sub same_sender
 {
 	my ($what) = @_;
-	is(sql("SELECT string_agg(pid::text, ',') FROM notif_workers() WHERE role = 'sender'"), $sender,
+	is(sql($node, "SELECT string_agg(pid::text, ',') FROM notif_workers() WHERE role = 'sender'"), $sender,
 		"$what: the same sender process as at the start");
 }
 
 # --- expires_in out of range: a failed fetch, once in the log ------------
 my $log_at = -s $node->logfile;
-my $waiting = sql(q{SELECT notif_enqueue(1, 'fcm_push', 'w', '{"token": "tok-w", "notification": {"title": "x"}}')});
+my $waiting = sql($node, q{SELECT notif_enqueue(1, 'fcm_push', 'w', '{"token": "tok-w", "notification": {"title": "x"}}')});
 ok(wait_push_stat($rig, 'token_requests', 1), 'expires_in 1e30: the token was fetched again (backoff)');
 push_control($rig, '/expires-in/-5');
 ok(wait_push_stat($rig, 'token_requests', 2), 'expires_in -5: and again');
@@ -85,7 +84,7 @@ like(substr(slurp_file($node->logfile), $log_at), qr/provider "fcm" has an acces
 push_control($rig, '/token-suffix/%0D%0AX-Injected:%201');
 $log_at = -s $node->logfile;
 my $before = push_stats($rig);
-my $crlf = sql(q{SELECT notif_enqueue(6, 'fcm2_push', 'crlf', '{"token": "tok-crlf", "notification": {"title": "x"}}')});
+my $crlf = sql($node, q{SELECT notif_enqueue(6, 'fcm2_push', 'crlf', '{"token": "tok-crlf", "notification": {"title": "x"}}')});
 ok(wait_push_stat($rig, 'token_requests', $before->{token_requests} + 1),
 	'access_token with CR LF: refused, and fetched again (backoff)');
 is(job_row($node, $crlf), 'queued - 0 -', 'access_token with CR LF: the job waits, queued, never called');
@@ -104,23 +103,23 @@ ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $crlf"),
 	'a bearer token again: the waiting job was sent');
 
 # --- an FCM reason cut at 120 bytes inside a UTF-8 character ---------------
-my $jlong = sql(q{SELECT notif_enqueue(2, 'fcm_push', 'l', '{"token": "long-1", "notification": {"title": "x"}}')});
+my $jlong = sql($node, q{SELECT notif_enqueue(2, 'fcm_push', 'l', '{"token": "long-1", "notification": {"title": "x"}}')});
 ok(wait_until($node, "SELECT status = 'failed' FROM notif_job WHERE id = $jlong"), 'fcm long reason: failed (400)');
-is(sql("SELECT last_error FROM notif_job WHERE id = $jlong"), 'HTTP 400: x' . ('?' x 119) . '...',
+is(sql($node, "SELECT last_error FROM notif_job WHERE id = $jlong"), 'HTTP 400: x' . ('?' x 119) . '...',
 	'fcm long reason: its first 120 bytes (src/core/excerpt.c), each byte of "é" a "?"');
 
 # --- APNs: a 410 with timestamp 1e30, a 502 that is not text --------------
-my $t0 = sql('SELECT now()');
-my $jfar = sql(q{SELECT notif_enqueue(3, 'apns_push', 'far', '{"device_token": "deadbeef01", "headers": {"apns-topic": "t"}, "aps": {}}')});
-my $jhtml = sql(q{SELECT notif_enqueue(4, 'apns_push', 'html', '{"device_token": "0bad0001", "headers": {"apns-topic": "t"}, "aps": {}}')});
+my $t0 = sql($node, 'SELECT now()');
+my $jfar = sql($node, q{SELECT notif_enqueue(3, 'apns_push', 'far', '{"device_token": "deadbeef01", "headers": {"apns-topic": "t"}, "aps": {}}')});
+my $jhtml = sql($node, q{SELECT notif_enqueue(4, 'apns_push', 'html', '{"device_token": "0bad0001", "headers": {"apns-topic": "t"}, "aps": {}}')});
 ok(wait_until($node, "SELECT count(*) = 2 FROM notif_job WHERE id IN ($jfar, $jhtml) AND status = 'failed'"),
 	'apns 410 with timestamp 1e30, 502 with a binary body: both failed');
 is(job_row($node, $jfar), 'failed rejected 1 410', 'apns timestamp 1e30: Unregistered, rejected at its first try');
-is(sql("SELECT token || ' ' || reason || ' ' || (reported_at >= '$t0' AND reported_at <= now())
+is(sql($node, "SELECT token || ' ' || reason || ' ' || (reported_at >= '$t0' AND reported_at <= now())
           FROM notif_unregistered WHERE job_id = $jfar"),
 	'deadbeef01 Unregistered true', 'apns timestamp 1e30: listed, reported at the time the answer came');
 is(job_row($node, $jhtml), 'failed unknown 2 502', 'apns 502: ambiguous, retried, failed after max_tries');
-is(sql("SELECT string_agg(DISTINCT error, ',') FROM notif_calls WHERE job_id = $jhtml"),
+is(sql($node, "SELECT string_agg(DISTINCT error, ',') FROM notif_calls WHERE job_id = $jhtml"),
 	'HTTP 502: ??<html>Bad Gateway, caf??</html>',
 	'apns 502: its body in the error as printable ASCII, each other byte a "?"');
 
@@ -130,12 +129,12 @@ is(sql("SELECT string_agg(DISTINCT error, ',') FROM notif_calls WHERE job_id = $
 # the cut answer is not JSON: its status alone decides, its start is last_error
 sub peak_kb { return (slurp_file("/proc/$sender/status") =~ /^VmHWM:\s+(\d+) kB/m)[0]; }
 my $peak_before = peak_kb();
-my $jfat = sql(q{SELECT notif_enqueue(5, 'apns_push', 'fat', '{"device_token": "fa700001", "headers": {"apns-topic": "t"}, "aps": {}}')});
+my $jfat = sql($node, q{SELECT notif_enqueue(5, 'apns_push', 'fat', '{"device_token": "fa700001", "headers": {"apns-topic": "t"}, "aps": {}}')});
 ok(wait_until($node, "SELECT status = 'failed' FROM notif_job WHERE id = $jfat"), 'apns 400 in a 4 MB answer: failed');
 is(job_row($node, $jfat), 'failed rejected 1 400', 'apns 4 MB answer: rejected on its status, at its first try');
-is(sql("SELECT count(*) FROM notif_unregistered WHERE job_id = $jfat"), '0',
+is(sql($node, "SELECT count(*) FROM notif_unregistered WHERE job_id = $jfat"), '0',
 	'apns 4 MB answer: its reason, past 16 kB of padding, unread: the device token is not listed as dead');
-like(sql("SELECT last_error FROM notif_job WHERE id = $jfat"), qr/^HTTP 400: \{"padding":"/,
+like(sql($node, "SELECT last_error FROM notif_job WHERE id = $jfat"), qr/^HTTP 400: \{"padding":"/,
 	'apns 4 MB answer: last_error is its start');
 my $grew = peak_kb() - $peak_before;
 cmp_ok($grew, '<', 2 * 1024, "apns 4 MB answer: the sender's peak memory grew by less than 2 MB ($grew kB)");
@@ -148,9 +147,9 @@ for my $ra ('99999999999999999999999', '9223372036854775807', 'Fri, 31 Dec 9999 
 	(my $escaped = $ra) =~ s/([^A-Za-z0-9])/sprintf('%%%02X', ord $1)/ge;
 	push_control($rig, "/retry-after/$escaped");
 	$n++;
-	my $j = sql(qq{SELECT notif_enqueue(7, 'apns_push', 'ra$n', '{"device_token": "c0de000$n", "headers": {"apns-topic": "t"}, "aps": {}}')});
+	my $j = sql($node, qq{SELECT notif_enqueue(7, 'apns_push', 'ra$n', '{"device_token": "c0de000$n", "headers": {"apns-topic": "t"}, "aps": {}}')});
 	ok(wait_until($node, "SELECT tries >= 1 FROM notif_job WHERE id = $j"), "Retry-After: $ra: the 429 came");
-	is(sql("SELECT status || ' ' || tries || ' ' || http_status || ' ' || (next_at > now() + interval '59 minutes' AND next_at <= now() + interval '1 hour')
+	is(sql($node, "SELECT status || ' ' || tries || ' ' || http_status || ' ' || (next_at > now() + interval '59 minutes' AND next_at <= now() + interval '1 hour')
 	          FROM notif_job WHERE id = $j"),
 		'queued 1 429 true', "Retry-After: $ra: the job waits an hour, no more");
 }

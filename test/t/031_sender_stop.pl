@@ -8,7 +8,7 @@
 # does not fail it.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -28,14 +28,6 @@ $node->safe_psql('postgres', q{
 	VALUES ('held', 'at_least_once', 3, '1 hour', 'hangs', 'stop', '100 ms', '200 ms'),
 	       ('bulk', 'at_least_once', 3, '1 hour', 'default', 'stop', '100 ms', '200 ms')});
 
-sub sender_pid
-{
-	wait_until($node, q{SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'notif_deliver sender stop'});
-	my $pid = $node->safe_psql('postgres',
-		q{SELECT pid FROM pg_stat_activity WHERE application_name = 'notif_deliver sender stop'});
-	BAIL_OUT("no sender of lane stop: '$pid'") unless $pid =~ /^\d+$/;
-	return $pid;
-}
 
 # SIGTERM to the sender; how long until its process is gone
 sub stop_time
@@ -51,10 +43,10 @@ sub stop_time
 $node->safe_psql('postgres', q{SELECT notif_enqueue(g, 'held', 'h' || g, '{}') FROM generate_series(1, 200) g});
 ok(wait_until($node, q{SELECT count(*) = 200 FROM notif_job WHERE kind = 'held' AND claimed_by IS NOT NULL}),
 	'200 calls held by the sender');
-my $pid = sender_pid();
+my $pid = sender_pid($node, q{stop});
 my $took = stop_time($pid);
 cmp_ok($took, '<', 5, sprintf('with 200 calls in flight, the sender left %.2f s after SIGTERM', $took));
-my $again = sender_pid();
+my $again = sender_pid($node, q{stop});
 isnt($again, $pid, 'the launcher started a new sender');
 ok(wait_until($node, q{SELECT count(*) = 200 FROM notif_job WHERE kind = 'held' AND status = 'sent'}),
 	'at_least_once: the interrupted calls were made again and sent');

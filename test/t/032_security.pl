@@ -8,7 +8,7 @@
 # provider written from a file (pg_read_file) keeps its secret out of it.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;

@@ -10,7 +10,7 @@
 # provider took the request; the call is not ended early), kept alike.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -21,10 +21,9 @@ use POSIX ();
 use Time::HiRes qw(usleep);
 
 my $node = new_node('transport_limits');
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # --- only http and https, whatever the url says ---------------------------
-sql('ALTER TABLE notif_provider DROP CONSTRAINT notif_provider_url_check');
+sql($node, 'ALTER TABLE notif_provider DROP CONSTRAINT notif_provider_url_check');
 my $ftp = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 5, Proto => 'tcp')
   or die "listen: $!";
 my $ftp_port = $ftp->sockport;
@@ -32,20 +31,20 @@ my $local = PostgreSQL::Test::Utils::tempdir() . '/local.txt';
 PostgreSQL::Test::Utils::append_to_file($local, "words of a local file\n");
 set_provider($node, 'file', "file://$local", timeout => q('2 s'));
 set_provider($node, 'ftp', "ftp://127.0.0.1:$ftp_port/notif.txt", timeout => q('2 s'));
-sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES
+sql($node, q{INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES
       ('to_file', 'at_least_once', 1, 'file'), ('to_ftp', 'at_least_once', 1, 'ftp')});
-my $file_job = sql(q{SELECT notif_enqueue(1, 'to_file', 'a', '{"text": "x"}')});
-my $ftp_job = sql(q{SELECT notif_enqueue(1, 'to_ftp', 'a', '{"text": "x"}')});
+my $file_job = sql($node, q{SELECT notif_enqueue(1, 'to_file', 'a', '{"text": "x"}')});
+my $ftp_job = sql($node, q{SELECT notif_enqueue(1, 'to_ftp', 'a', '{"text": "x"}')});
 ok(wait_until($node, "SELECT count(*) = 2 FROM notif_job WHERE id IN ($file_job, $ftp_job)"
 	  . " AND status <> 'queued' AND claimed_by IS NULL"), 'the file:// and ftp:// jobs finished');
 for ([ 'file', $file_job ], [ 'ftp', $ftp_job ])
 {
 	my ($scheme, $id) = @$_;
 	is(job_row($node, $id), 'failed unreached 1 -', "$scheme://: failed, unreached (nothing sent)");
-	like(sql("SELECT last_error FROM notif_job WHERE id = $id"), qr/protocol "?$scheme"?.*(not supported|disabled)/i,
+	like(sql($node, "SELECT last_error FROM notif_job WHERE id = $id"), qr/protocol "?$scheme"?.*(not supported|disabled)/i,
 		"$scheme://: last_error says libcurl refused the protocol");
 }
-unlike(sql("SELECT last_error FROM notif_job WHERE id = $file_job"), qr/words/,
+unlike(sql($node, "SELECT last_error FROM notif_job WHERE id = $file_job"), qr/words/,
 	'file://: nothing of the file was read into last_error');
 # a connection would wait in the listen queue, accepted or not
 ok(!IO::Select->new($ftp)->can_read(0), 'ftp://: no connection was ever made to the ftp port');
@@ -103,27 +102,27 @@ my $sim = start_sim();
 set_provider($node, 'small', $sim->{url}, idempotency_header => q('Idempotency-Key'));
 set_provider($node, 'big', "http://127.0.0.1:$big_port/send", timeout => q('60 s'));
 set_provider($node, 'big_ok', "http://127.0.0.1:$big_port/ok", timeout => q('60 s'));
-sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES
+sql($node, q{INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES
       ('small', 'at_least_once', 1, 'small'), ('big', 'at_least_once', 1, 'big'),
       ('big_ok', 'at_least_once', 1, 'big_ok')});
 
 # the sender, warmed up by an ordinary call, and its peak memory
-my $warm = sql(q{SELECT notif_enqueue(1, 'small', 'warm', '{"text": "x"}')});
+my $warm = sql($node, q{SELECT notif_enqueue(1, 'small', 'warm', '{"text": "x"}')});
 ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $warm"), 'an ordinary call was sent');
-my $sender = sql(q{SELECT pid FROM notif_workers() WHERE role = 'sender'});
+my $sender = sql($node, q{SELECT pid FROM notif_workers() WHERE role = 'sender'});
 sub peak_kb { return (slurp_file("/proc/$sender/status") =~ /^VmHWM:\s+(\d+) kB/m)[0]; }
 my $peak_before = peak_kb();
 
-my $big_job = sql(q{SELECT notif_enqueue(1, 'big', 'b', '{"text": "x"}')});
+my $big_job = sql($node, q{SELECT notif_enqueue(1, 'big', 'b', '{"text": "x"}')});
 ok(wait_until($node, "SELECT status <> 'queued' AND claimed_by IS NULL FROM notif_job WHERE id = $big_job"),
 	'the call answered with 64 MB finished');
 is(job_row($node, $big_job), 'failed rejected 1 400', 'the 64 MB answer: its status read, rejected');
-my $error = sql("SELECT last_error FROM notif_job WHERE id = $big_job");
+my $error = sql($node, "SELECT last_error FROM notif_job WHERE id = $big_job");
 like($error, qr/^HTTP 400: a big answer /, 'last_error: the status and the start of the answer');
 cmp_ok(length $error, '<=', 255, 'last_error holds no more than 255 bytes of it');
 my $grew = peak_kb() - $peak_before;
 cmp_ok($grew, '<', 8 * 1024, "the sender's peak memory grew by less than 8 MB ($grew kB), not by the answer");
-is(sql(q{SELECT pid FROM notif_workers() WHERE role = 'sender'}), $sender, 'the same sender runs');
+is(sql($node, q{SELECT pid FROM notif_workers() WHERE role = 'sender'}), $sender, 'the same sender runs');
 # the sender stops reading past 16 kB and closes the connection: the server
 # can write no more than the sockets' buffers hold (a few MB), not 64 MB
 sub written
@@ -139,7 +138,7 @@ cmp_ok($written, '<', $size / 2,
 	"the sender closed the connection unread: the server wrote $written of $size bytes");
 
 # --- a 64 MB 200: read to its end (the provider took the request) ----------
-my $ok_job = sql(q{SELECT notif_enqueue(1, 'big_ok', 'b', '{"text": "x"}')});
+my $ok_job = sql($node, q{SELECT notif_enqueue(1, 'big_ok', 'b', '{"text": "x"}')});
 ok(wait_until($node, "SELECT status <> 'queued' AND claimed_by IS NULL FROM notif_job WHERE id = $ok_job"),
 	'the call answered 200 with 64 MB finished');
 is(job_row($node, $ok_job), 'sent accepted 1 200', 'the 64 MB 200: sent');

@@ -7,7 +7,7 @@
 # more.  With no_proxy covering 127.0.0.1, calls go direct.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -58,14 +58,13 @@ $ENV{http_proxy} = "http://127.0.0.1:$proxy_port";
 $ENV{https_proxy} = "http://127.0.0.1:$proxy_port";
 delete $ENV{$_} for qw(no_proxy NO_PROXY all_proxy ALL_PROXY HTTPS_PROXY);
 my $node = new_node('proxy');
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 my $sim = start_sim();
 my $secret = 'sk_live_4eC39HqLyjWDarjtT1zdp7dc';
 set_provider($node, 'plain', $sim->{url},
 	headers => qq('{"Authorization": "Bearer $secret"}'), idempotency_header => q('Idempotency-Key'));
 set_provider($node, 'tls', "https://127.0.0.1:$sim->{port}/send",
 	headers => qq('{"Authorization": "Bearer $secret"}'), idempotency_header => q('Idempotency-Key'));
-sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES
+sql($node, q{INSERT INTO notif_type (code, delivery, max_tries, provider) VALUES
       ('plain', 'at_least_once', 1, 'plain'), ('tls', 'at_least_once', 1, 'tls')});
 sub finished
 {
@@ -74,7 +73,7 @@ sub finished
 }
 
 # --- http: through the proxy, which sees everything -----------------------
-my $j = sql(q{SELECT notif_enqueue(1, 'plain', 'a', '{"to": "+84901234567", "text": "x"}')});
+my $j = sql($node, q{SELECT notif_enqueue(1, 'plain', 'a', '{"to": "+84901234567", "text": "x"}')});
 ok(finished($j), 'http: the call ended');
 like(proxy_seen(), qr{^POST http://127\.0\.0\.1:$sim->{port}/send HTTP/1\.1\r?$}m,
 	'http: the proxy got the request, with the whole url');
@@ -84,7 +83,7 @@ is(ledger_key($sim, 'plain:1:a'), '0 0 0', 'http: the provider got nothing');
 
 # --- https: the proxy sees a CONNECT, nothing of the request ----------------
 my $before = proxy_seen();
-$j = sql(q{SELECT notif_enqueue(1, 'tls', 'b', '{"to": "+84901234567", "text": "x"}')});
+$j = sql($node, q{SELECT notif_enqueue(1, 'tls', 'b', '{"to": "+84901234567", "text": "x"}')});
 ok(finished($j), 'https: the call ended');
 my $connect = substr(proxy_seen(), length $before);
 like($connect, qr{\ACONNECT 127\.0\.0\.1:$sim->{port} HTTP/1\.1\r?\n}, 'https: the proxy got a CONNECT to the host and port');
@@ -97,7 +96,7 @@ $node->stop;
 $ENV{no_proxy} = '127.0.0.1';
 $node->start;
 $before = proxy_seen();
-$j = sql(q{SELECT notif_enqueue(1, 'plain', 'c', '{"to": "+84901234567", "text": "x"}')});
+$j = sql($node, q{SELECT notif_enqueue(1, 'plain', 'c', '{"to": "+84901234567", "text": "x"}')});
 ok(finished($j), 'no_proxy: the call ended');
 is(job_row($node, $j), 'sent accepted 1 200', 'no_proxy: sent');
 is(ledger_key($sim, 'plain:1:c'), '1 1 1', 'no_proxy: the provider got it directly');

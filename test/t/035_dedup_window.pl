@@ -8,7 +8,7 @@
 # ambiguous (held past the timeout, X-Sim-Fail-First: 1), the next succeeds.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -21,22 +21,13 @@ my $sim = start_sim('--idempotency');
 my $liar = start_sim('--dedup-window-ms', '60000', '--dedup-breaks', '1');
 
 # one provider per case, all on the simulator, a 600 ms timeout
-sub provider
-{
-	my ($name, $fault, $window, $url) = @_;
-	set_provider($node, $name, $url // $sim->{url},
-		headers => qq('{"X-Sim-Fault": "$fault", "X-Sim-Fail-First": "1"}'),
-		idempotency_header => q('Idempotency-Key'),
-		timeout => q('600 ms'),
-		dedup_window => $window);
-}
-provider('dedup', 'timeout_delivered', q('1 minute'));
-provider('dedup_lost', 'timeout', q('1 minute'));
-provider('plain', 'timeout_delivered', 'NULL');
+fault_provider($node, 'dedup', $sim->{url}, 'timeout_delivered', dedup_window => q('1 minute'));
+fault_provider($node, 'dedup_lost', $sim->{url}, 'timeout', dedup_window => q('1 minute'));
+fault_provider($node, 'plain', $sim->{url}, 'timeout_delivered', dedup_window => 'NULL');
 # the window less the timeout, 100 ms, ends before the first backoff
-provider('short', 'timeout_delivered', q('700 ms'));
-provider('passing', 'timeout_delivered', q('10600 ms'));
-provider('breaking', 'timeout_delivered', q('1 minute'), $liar->{url});
+fault_provider($node, 'short', $sim->{url}, 'timeout_delivered', dedup_window => q('700 ms'));
+fault_provider($node, 'passing', $sim->{url}, 'timeout_delivered', dedup_window => q('10600 ms'));
+fault_provider($node, 'breaking', $liar->{url}, 'timeout_delivered', dedup_window => q('1 minute'));
 
 $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max) VALUES
@@ -70,13 +61,6 @@ ok( wait_until(
 		q{SELECT count(*) = 0 FROM notif_job WHERE status IN ('queued', 'sending') OR claimed_by IS NOT NULL}),
 	'every job reached a final state');
 
-sub job
-{
-	my ($kind) = @_;
-	return $node->safe_psql('postgres',
-		qq{SELECT status || ' ' || coalesce(outcome, '-') || ' ' || tries || ' ' || coalesce(resolved_by, '-')
-		     FROM notif_job WHERE id = $id{$kind}});
-}
 my @rows = (
 	# kind, job (status outcome tries resolved_by), ledger (received delivered), what
 	['amo_dedup', 'sent accepted 2 dedup_window', '2 1',
@@ -95,7 +79,7 @@ my @rows = (
 for my $r (@rows)
 {
 	my ($kind, $want, $ledger, $what) = @$r;
-	is(job($kind), $want, "$kind: $what");
+	is(job_resolution($node, $id{$kind}), $want, "$kind: $what");
 	my @l = split / /, ledger_key($kind eq 'amo_breaking' ? $liar : $sim, "$kind:1:o1");
 	is("$l[0] $l[1]", $ledger, "$kind: the provider received and delivered (ledger)");
 }
@@ -134,7 +118,7 @@ ok( wait_until(
 		$node,
 		qq{SELECT status <> 'queued' AND claimed_by IS NULL FROM notif_job WHERE id = $id{amo_passing}}),
 	'amo_passing: claimed after the window');
-is(job('amo_passing'), 'sent unknown 1 -',
+is(job_resolution($node, $id{'amo_passing'}), 'sent unknown 1 -',
 	'amo_dedup_window_passed: at_most_once, the retry could not reach the provider inside its window: not made, sent and unknown as before');
 like($node->safe_psql('postgres', qq{SELECT last_error FROM notif_job WHERE id = $id{amo_passing}}),
 	qr/deduplication window passed before the retry could start/, 'amo_passing: last_error says why');
@@ -146,9 +130,9 @@ is("$l[0] $l[1]", '1 1', 'amo_passing: the provider received it once');
 # notif_retry asks for force.  The providers change between the calls:
 # the retry is refused (400), or cannot reach the provider (a closed port)
 # on each of its tries, or its deadline passes before it can be claimed.
-provider('then_refused', 'timeout_delivered', q('1 minute'));
-provider('then_gone', 'timeout_delivered', q('1 minute'));
-provider('then_late', 'timeout_delivered', q('1 minute'));
+fault_provider($node, 'then_refused', $sim->{url}, 'timeout_delivered', dedup_window => q('1 minute'));
+fault_provider($node, 'then_gone', $sim->{url}, 'timeout_delivered', dedup_window => q('1 minute'));
+fault_provider($node, 'then_late', $sim->{url}, 'timeout_delivered', dedup_window => q('1 minute'));
 $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max, deadline) VALUES
 		('amo_then_refused', 'at_most_once', 3, 'then_refused', '3 s', '3 s', NULL),
@@ -184,13 +168,13 @@ ok( wait_until(
 		    WHERE id IN ($id{amo_then_refused}, $id{amo_then_gone}, $id{amo_then_late})
 		      AND status <> 'queued' AND claimed_by IS NULL}),
 	'the three retries ended');
-is(job('amo_then_refused'), 'sent unknown 2 -',
+is(job_resolution($node, $id{'amo_then_refused'}), 'sent unknown 2 -',
 	'amo_dedup_retry_rejected: the retry was refused, the job stays sent and unknown (its first call may have delivered)');
 is($node->safe_psql('postgres', qq{SELECT string_agg(try || ' ' || outcome, ', ' ORDER BY try) FROM notif_calls WHERE job_id = $id{amo_then_refused}}),
 	'1 unknown, 2 rejected', 'amo_then_refused: each call keeps its own outcome');
-is(job('amo_then_gone'), 'sent unknown 2 -',
+is(job_resolution($node, $id{'amo_then_gone'}), 'sent unknown 2 -',
 	'amo_dedup_retry_unreached_exhausted: no try left after an unreached retry: sent and unknown');
-is(job('amo_then_late'), 'sent unknown 1 -',
+is(job_resolution($node, $id{'amo_then_late'}), 'sent unknown 1 -',
 	'claim_late_dedup_retry: the deadline passed before the retry: not sent again, sent and unknown (not expired)');
 like($node->safe_psql('postgres', qq{SELECT last_error FROM notif_job WHERE id = $id{amo_then_late}}),
 	qr/deadline passed before the retry made for the provider's deduplication window/, 'amo_then_late: last_error says why');
@@ -205,7 +189,7 @@ is((split / /, ledger_key($sim, 'amo_then_late:1:o1'))[0], '1', 'amo_then_late: 
 # paused while its first call was in flight, resumed once the window can no
 # longer be reached): the window did not cover it, so the job is not
 # resolved by it (a possible duplicate, counted as such)
-provider('alo_late', 'timeout_delivered', q('3 s'));
+fault_provider($node, 'alo_late', $sim->{url}, 'timeout_delivered', dedup_window => q('3 s'));
 $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
 	VALUES ('alo_late', 'at_least_once', 3, 'alo_late', '100 ms', '100 ms')});
@@ -226,7 +210,7 @@ ok( wait_until(
 $node->safe_psql('postgres', q{UPDATE notif_type SET paused = false WHERE code = 'alo_late'});
 ok(wait_until($node, qq{SELECT status = 'sent' AND claimed_by IS NULL FROM notif_job WHERE id = $id{alo_late}}),
 	'alo_late: sent by its late retry');
-is(job('alo_late'), 'sent accepted 2 -',
+is(job_resolution($node, $id{'alo_late'}), 'sent accepted 2 -',
 	'alo_late: a retry started after the window is not resolved by it (resolved_by NULL)');
 
 # the window's bounds: finite, at most 100 years (17 and later have

@@ -9,7 +9,7 @@
 # each job is held past the timeout (X-Sim-Fail-First: 1), the next succeeds.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -44,13 +44,6 @@ for my $kind (qw(waits waits_in_vain backs_off deadline in_flight))
 		qq{SELECT notif_enqueue(1, '$kind', 'o1', '{"to":"+84900000001","text":"$kind"}')});
 }
 
-sub job
-{
-	my ($kind) = @_;
-	return $node->safe_psql('postgres',
-		qq{SELECT status || ' ' || coalesce(outcome, '-') || ' ' || tries || ' ' || coalesce(resolved_by, '-')
-		     FROM notif_job WHERE id = $id{$kind}});
-}
 sub received
 {
 	my ($kind) = @_;
@@ -86,25 +79,25 @@ ok( wait_until(
 		qq{SELECT status = 'sending' AND tries = 1 FROM notif_job WHERE id = $id{in_flight}}),
 	'in_flight: its first call is in flight (held 4 s)');
 $node->safe_psql('postgres', q{SELECT notif_dlr('in_flight:1:o1', true)});
-is(job('in_flight'), 'sending - 1 -', 'in_flight: the report is recorded; the call goes on (report_recorded)');
+is(job_resolution($node, $id{'in_flight'}), 'sending - 1 -', 'in_flight: the report is recorded; the call goes on (report_recorded)');
 ok( wait_until(
 		$node,
 		qq{SELECT status <> 'sending' AND claimed_by IS NULL FROM notif_job WHERE id = $id{in_flight}}),
 	'in_flight: the call ended');
-is(job('in_flight'), 'sent unknown 1 report',
+is(job_resolution($node, $id{'in_flight'}), 'sent unknown 1 report',
 	'alo_reported: the call ended unknown after a report said delivered: sent, resolved by the report, no retry');
 
 # a report that the message was not delivered changes nothing
 $node->safe_psql('postgres', q{SELECT notif_dlr('waits:1:o1', false)});
-is(job('waits'), 'queued unknown 1 -', 'a report of no delivery: the job still waits');
+is(job_resolution($node, $id{'waits'}), 'queued unknown 1 -', 'a report of no delivery: the job still waits');
 
 # the provider reports the first copy delivered: no retry
 is($node->safe_psql('postgres', q{SELECT notif_dlr('waits:1:o1', true)}), $id{waits}, 'the report matches the job');
-is(job('waits'), 'sent unknown 1 report', 'report_resolves: sent, resolved by the report, no second call');
+is(job_resolution($node, $id{'waits'}), 'sent unknown 1 report', 'report_resolves: sent, resolved by the report, no second call');
 is($node->safe_psql('postgres', qq{SELECT count(*) FROM notif_active WHERE job_id = $id{waits}}),
 	'0', 'and it left the work (notif_active)');
 $node->safe_psql('postgres', q{SELECT notif_dlr('backs_off:1:o1', true)});
-is(job('backs_off'), 'sent unknown 1 report', 'report_resolves: also without resolve_wait, when it comes before the retry');
+is(job_resolution($node, $id{'backs_off'}), 'sent unknown 1 report', 'report_resolves: also without resolve_wait, when it comes before the retry');
 is(active_mismatches($node), 0, 'notif_active matches notif_job');
 
 # no report in time: retried once the wait ends, not before
@@ -112,7 +105,7 @@ ok( wait_until(
 		$node,
 		qq{SELECT status = 'sent' FROM notif_job WHERE id = $id{waits_in_vain}}),
 	'waits_in_vain: retried after its wait');
-is(job('waits_in_vain'), 'sent accepted 2 -', 'alo_retry_after_report_wait, then alo_accepted: no report, so the retry delivered it');
+is(job_resolution($node, $id{'waits_in_vain'}), 'sent accepted 2 -', 'alo_retry_after_report_wait, then alo_accepted: no report, so the retry delivered it');
 ok( $node->safe_psql('postgres', qq{
 		SELECT j.last_started_at >= a.ended_at + interval '2 s'
 		  FROM notif_job j JOIN notif_attempt a ON a.job_id = j.id AND a.try = 1
@@ -121,7 +114,7 @@ ok( $node->safe_psql('postgres', qq{
 
 # a report for a job not waiting for one is only recorded
 $node->safe_psql('postgres', q{SELECT notif_dlr('waits_in_vain:1:o1', true)});
-is(job('waits_in_vain'), 'sent accepted 2 -', 'report_recorded: a finished job stays as it was');
+is(job_resolution($node, $id{'waits_in_vain'}), 'sent accepted 2 -', 'report_recorded: a finished job stays as it was');
 is($node->safe_psql('postgres', qq{SELECT count(*) FROM notif_dlr WHERE job_id = $id{waits_in_vain}}),
 	'1', 'and the report is kept');
 
@@ -130,7 +123,7 @@ ok( wait_until(
 		$node,
 		qq{SELECT status = 'sent' FROM notif_job WHERE id = $id{deadline}}),
 	'deadline: retried before its deadline despite a wait of an hour');
-is(job('deadline'), 'sent accepted 2 -', 'deadline: the retry delivered it');
+is(job_resolution($node, $id{'deadline'}), 'sent accepted 2 -', 'deadline: the retry delivered it');
 
 is($node->safe_psql('postgres', q{
 		SELECT string_agg(kind || ' ' || resolved_report || ' ' || resolved_dedup_window, ', ' ORDER BY kind)

@@ -15,7 +15,7 @@
 # past its 600 ms timeout (X-Sim-Fail-First: 1), the next is answered.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -27,24 +27,15 @@ my $sim = start_sim('--dedup-window-ms', '600000');
 
 # providers: the first call of a key held past the timeout, delivered
 # ("timeout_delivered") or not ("timeout"); the next answered 200
-sub provider
-{
-	my ($name, $fault, $window) = @_;
-	set_provider($node, $name, $sim->{url},
-		headers => qq('{"X-Sim-Fault": "$fault", "X-Sim-Fail-First": "1"}'),
-		idempotency_header => q('Idempotency-Key'),
-		timeout => q('600 ms'),
-		dedup_window => $window);
-}
-provider('p_dedup', 'timeout_delivered', q('10 minutes'));
-provider('p_hang_k', 'timeout_delivered', q('10 minutes'));
-provider('p_hang_r', 'timeout_delivered', q('10 minutes'));
+fault_provider($node, 'p_dedup', $sim->{url}, 'timeout_delivered', dedup_window => q('10 minutes'));
+fault_provider($node, 'p_hang_k', $sim->{url}, 'timeout_delivered', dedup_window => q('10 minutes'));
+fault_provider($node, 'p_hang_r', $sim->{url}, 'timeout_delivered', dedup_window => q('10 minutes'));
 # the window less the timeout: 7.4 s after the job's creation
-provider('p_short', 'timeout_delivered', q('8 s'));
-provider('p_alo_delivered', 'timeout_delivered', 'NULL');
-provider('p_alo_lost', 'timeout', 'NULL');
+fault_provider($node, 'p_short', $sim->{url}, 'timeout_delivered', dedup_window => q('8 s'));
+fault_provider($node, 'p_alo_delivered', $sim->{url}, 'timeout_delivered', dedup_window => 'NULL');
+fault_provider($node, 'p_alo_lost', $sim->{url}, 'timeout', dedup_window => 'NULL');
 # the first call hangs for a minute (the sender's timeout), the next is answered
-provider('p_hang', 'timeout_delivered', 'NULL');
+fault_provider($node, 'p_hang', $sim->{url}, 'timeout_delivered', dedup_window => 'NULL');
 $node->safe_psql('postgres', q{UPDATE notif_provider SET timeout = '60 s' WHERE name = 'p_hang'});
 
 # a backoff of 2.5 to 5 s: time to pause a type before its retry is claimed
@@ -63,22 +54,8 @@ $node->safe_psql('postgres', q{
 
 my %id;
 
-sub enqueue
-{
-	my ($kind, $order) = @_;
-	$id{"$kind:$order"} = $node->safe_psql('postgres',
-		qq{SELECT notif_enqueue(1, '$kind', '$order', '{"to":"+84900000001","text":"$kind"}')});
-	return $id{"$kind:$order"};
-}
 
 # "status outcome tries resolved_by" of a job
-sub job
-{
-	my ($key) = @_;
-	return $node->safe_psql('postgres',
-		qq{SELECT status || ' ' || coalesce(outcome, '-') || ' ' || tries || ' ' || coalesce(resolved_by, '-')
-		     FROM notif_job WHERE id = $id{$key}});
-}
 
 # "received delivered" of a job's key in the simulator's ledger
 sub sim_ledger
@@ -104,13 +81,6 @@ sub set_paused
 	wait_config_read($node, 'default');
 }
 
-sub sender_pid
-{
-	wait_until($node,
-		q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'notif_deliver sender'});
-	return $node->safe_psql('postgres',
-		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'notif_deliver sender'});
-}
 
 # Wait until at_most_once jobs' first calls ended unknown and they are
 # queued again for their provider's window, then pause their types.
@@ -161,14 +131,14 @@ sub held_for_report
 }
 
 # ---------- SIGKILL of the sender ----------
-enqueue('amo_wait', 'k');
-enqueue('amo_hang_k', 'k');
+$id{'amo_wait:k'} = enqueue($node, 1, 'amo_wait', 'k', 'amo_wait');
+$id{'amo_hang_k:k'} = enqueue($node, 1, 'amo_hang_k', 'k', 'amo_hang_k');
 queued_for_window('sigkill', 'amo_wait:k', 'amo_hang_k:k');
 retry_in_flight('amo_hang_k:k', 'p_hang_k');
-enqueue('alo_report', 'k');
+$id{'alo_report:k'} = enqueue($node, 1, 'alo_report', 'k', 'alo_report');
 held_for_report('alo_report:k', '1 hour');
 
-my $pid = sender_pid();
+my $pid = sender_pid($node);
 kill 'KILL', $pid;
 ok( wait_until(
 		$node,
@@ -177,17 +147,17 @@ ok( wait_until(
 
 ok(wait_until($node, "SELECT claimed_by IS NULL FROM notif_job WHERE id = $id{'amo_hang_k:k'}"),
 	'amo_hang_k: the job left in its retry was recovered');
-is(job('amo_hang_k:k'), 'sent unknown 2 -',
+is(job_resolution($node, $id{'amo_hang_k:k'}), 'sent unknown 2 -',
 	'lost_at_most_once: at_most_once, the sender died in the retry made for the window: sent, unknown, unresolved');
 is(in_work('amo_hang_k:k'), '0', 'amo_hang_k: and not queued for another try');
 is(sim_ledger('amo_hang_k:k'), '2 1', 'amo_hang_k: the provider received two copies, delivered one (its window)');
 
-is(job('alo_report:k'), 'queued unknown 1 -', 'alo_report (sigkill): still held for its report');
+is(job_resolution($node, $id{'alo_report:k'}), 'queued unknown 1 -', 'alo_report (sigkill): still held for its report');
 is( $node->safe_psql('postgres', qq{SELECT next_at > now() + interval '50 minutes' FROM notif_job WHERE id = $id{'alo_report:k'}}),
 	't', 'alo_report (sigkill): the hold of an hour survived the crash');
 is($node->safe_psql('postgres', q{SELECT notif_dlr('alo_report:1:k', true)}), $id{'alo_report:k'},
 	'alo_report (sigkill): the report matches the job');
-is(job('alo_report:k'), 'sent unknown 1 report',
+is(job_resolution($node, $id{'alo_report:k'}), 'sent unknown 1 report',
 	'report_resolves after the crash: sent, resolved by the report, no retry');
 is(in_work('alo_report:k'), '0', 'alo_report (sigkill): it left the work');
 
@@ -196,19 +166,19 @@ ok( wait_until(
 		$node,
 		qq{SELECT status <> 'queued' AND claimed_by IS NULL FROM notif_job WHERE id = $id{'amo_wait:k'}}),
 	'amo_wait (sigkill): its retry was made after the crash');
-is(job('amo_wait:k'), 'sent accepted 2 dedup_window',
+is(job_resolution($node, $id{'amo_wait:k'}), 'sent accepted 2 dedup_window',
 	'amo_unknown_dedup_retry survived the crash: retried inside the window, then amo_accepted');
 is(sim_ledger('amo_wait:k'), '2 1', 'amo_wait (sigkill): two copies received, delivered once (the window dropped the repeat)');
 is((split / /, sim_ledger('alo_report:k'))[0], '1', 'alo_report (sigkill): the provider received one copy');
 
 # ---------- immediate-mode restart ----------
-enqueue('amo_wait', 'r');
-enqueue('amo_hang_r', 'r');
-enqueue('amo_short', 'r');
+$id{'amo_wait:r'} = enqueue($node, 1, 'amo_wait', 'r', 'amo_wait');
+$id{'amo_hang_r:r'} = enqueue($node, 1, 'amo_hang_r', 'r', 'amo_hang_r');
+$id{'amo_short:r'} = enqueue($node, 1, 'amo_short', 'r', 'amo_short');
 queued_for_window('immediate', 'amo_wait:r', 'amo_hang_r:r', 'amo_short:r');
 retry_in_flight('amo_hang_r:r', 'p_hang_r');
-enqueue('alo_report', 'r');
-enqueue('alo_noreport', 'r');
+$id{'alo_report:r'} = enqueue($node, 1, 'alo_report', 'r', 'alo_report');
+$id{'alo_noreport:r'} = enqueue($node, 1, 'alo_noreport', 'r', 'alo_noreport');
 held_for_report('alo_report:r', '1 hour');
 held_for_report('alo_noreport:r', '6 s');
 
@@ -222,21 +192,21 @@ $node->start;
 
 ok(wait_until($node, "SELECT claimed_by IS NULL FROM notif_job WHERE id = $id{'amo_hang_r:r'}"),
 	'amo_hang_r: the job left in its retry was recovered after the restart');
-is(job('amo_hang_r:r'), 'sent unknown 2 -', 'lost_at_most_once after the restart: sent, unknown, unresolved');
+is(job_resolution($node, $id{'amo_hang_r:r'}), 'sent unknown 2 -', 'lost_at_most_once after the restart: sent, unknown, unresolved');
 is(in_work('amo_hang_r:r'), '0', 'amo_hang_r: not queued for another try');
 is(sim_ledger('amo_hang_r:r'), '2 1', 'amo_hang_r: two copies received, delivered once');
 
-is(job('alo_report:r'), 'queued unknown 1 -', 'alo_report (restart): still held for its report');
+is(job_resolution($node, $id{'alo_report:r'}), 'queued unknown 1 -', 'alo_report (restart): still held for its report');
 is( $node->safe_psql('postgres', qq{SELECT next_at > now() + interval '50 minutes' FROM notif_job WHERE id = $id{'alo_report:r'}}),
 	't', 'alo_report (restart): the hold survived the restart');
 $node->safe_psql('postgres', q{SELECT notif_dlr('alo_report:1:r', true)});
-is(job('alo_report:r'), 'sent unknown 1 report', 'report_resolves after the restart: sent, resolved by the report');
+is(job_resolution($node, $id{'alo_report:r'}), 'sent unknown 1 report', 'report_resolves after the restart: sent, resolved by the report');
 is(in_work('alo_report:r'), '0', 'alo_report (restart): it left the work');
 is((split / /, sim_ledger('alo_report:r'))[0], '1', 'alo_report (restart): the provider received one copy');
 
 ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $id{'alo_noreport:r'}"),
 	'alo_noreport: no report came, and it was retried after the restart');
-is(job('alo_noreport:r'), 'sent accepted 2 -', 'alo_retry_after_report_wait, then alo_accepted: nothing lost');
+is(job_resolution($node, $id{'alo_noreport:r'}), 'sent accepted 2 -', 'alo_retry_after_report_wait, then alo_accepted: nothing lost');
 is(sim_ledger('alo_noreport:r'), '2 1', 'alo_noreport: the retry delivered it (the first call had not)');
 is( $node->safe_psql('postgres', qq{
 		SELECT j.last_started_at >= a.ended_at + interval '6 s'
@@ -250,10 +220,10 @@ ok( wait_until(
 		qq{SELECT count(*) = 2 FROM notif_job WHERE id IN ($id{'amo_wait:r'}, $id{'amo_short:r'})
 		      AND status <> 'queued' AND claimed_by IS NULL}),
 	'amo_wait, amo_short (restart): claimed after the restart');
-is(job('amo_wait:r'), 'sent accepted 2 dedup_window',
+is(job_resolution($node, $id{'amo_wait:r'}), 'sent accepted 2 dedup_window',
 	'amo_unknown_dedup_retry survived the restart: retried inside the window');
 is(sim_ledger('amo_wait:r'), '2 1', 'amo_wait (restart): delivered once');
-is(job('amo_short:r'), 'sent unknown 1 -',
+is(job_resolution($node, $id{'amo_short:r'}), 'sent unknown 1 -',
 	'amo_dedup_window_passed: the window passed while the server was down: no retry, sent and unknown');
 like($node->safe_psql('postgres', qq{SELECT last_error FROM notif_job WHERE id = $id{'amo_short:r'}}),
 	qr/deduplication window passed before the retry could start/, 'amo_short: last_error says why');
@@ -265,9 +235,9 @@ is(sim_ledger('amo_short:r'), '1 1', 'amo_short: the provider received it once')
 # the report: the job is done, with no retry (lost_reported).  Without a
 # report, the retry of an at_least_once job cut off so waits for one, as
 # after a call that ended unknown (lost_retry_after_report_wait).
-enqueue('alo_inflight', 's');
-enqueue('alo_inflight_wait', 's');
-enqueue('amo_inflight', 's');
+$id{'alo_inflight:s'} = enqueue($node, 1, 'alo_inflight', 's', 'alo_inflight');
+$id{'alo_inflight_wait:s'} = enqueue($node, 1, 'alo_inflight_wait', 's', 'alo_inflight_wait');
+$id{'amo_inflight:s'} = enqueue($node, 1, 'amo_inflight', 's', 'amo_inflight');
 my $s_ids = join(', ', map { $id{$_} } qw(alo_inflight:s alo_inflight_wait:s amo_inflight:s));
 ok( wait_until(
 		$node,
@@ -278,21 +248,21 @@ ok( wait_until_ledger(
 		sub { my $l = shift; scalar(grep { ($l->{"$_:1:s"}{received} // 0) >= 1 } qw(alo_inflight alo_inflight_wait amo_inflight)) == 3 }),
 	'in flight: the three calls reached the provider and hang');
 $node->safe_psql('postgres', q{SELECT notif_dlr('alo_inflight:1:s', true); SELECT notif_dlr('amo_inflight:1:s', true)});
-is(job('alo_inflight:s'), 'sending - 1 -', 'alo_inflight: the report is only recorded during the call (report_recorded)');
-$pid = sender_pid();
+is(job_resolution($node, $id{'alo_inflight:s'}), 'sending - 1 -', 'alo_inflight: the report is only recorded during the call (report_recorded)');
+$pid = sender_pid($node);
 kill 'KILL', $pid;
 ok( wait_until(
 		$node,
 		qq{SELECT count(*) = 3 FROM notif_job WHERE id IN ($s_ids) AND claimed_by IS NULL}),
 	'in flight: the three jobs were recovered after the crash');
-is(job('alo_inflight:s'), 'sent unknown 1 report',
+is(job_resolution($node, $id{'alo_inflight:s'}), 'sent unknown 1 report',
 	'lost_reported: at_least_once, a report said delivered before the crash: sent, resolved by the report, no retry');
-is(job('amo_inflight:s'), 'sent unknown 1 report', 'lost_reported: at_most_once, the same');
-is(job('alo_inflight_wait:s'), 'queued unknown 1 -', 'alo_inflight_wait: no report yet: queued again');
+is(job_resolution($node, $id{'amo_inflight:s'}), 'sent unknown 1 report', 'lost_reported: at_most_once, the same');
+is(job_resolution($node, $id{'alo_inflight_wait:s'}), 'queued unknown 1 -', 'alo_inflight_wait: no report yet: queued again');
 is( $node->safe_psql('postgres', qq{SELECT next_at > now() + interval '50 minutes' FROM notif_job WHERE id = $id{'alo_inflight_wait:s'}}),
 	't', 'lost_retry_after_report_wait: its retry waits resolve_wait for a report');
 $node->safe_psql('postgres', q{SELECT notif_dlr('alo_inflight_wait:1:s', true)});
-is(job('alo_inflight_wait:s'), 'sent unknown 1 report', 'alo_inflight_wait: the report then resolves it (report_resolves)');
+is(job_resolution($node, $id{'alo_inflight_wait:s'}), 'sent unknown 1 report', 'alo_inflight_wait: the report then resolves it (report_resolves)');
 is( $node->safe_psql('postgres', qq{SELECT count(*) FROM notif_active WHERE job_id IN ($s_ids)}),
 	'0', 'in flight: none of the three is queued for another try');
 

@@ -11,7 +11,7 @@
 # simulator's ledger (which honours a ten minute window).
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use HaTest;
 use PostgreSQL::Test::Cluster;
@@ -45,13 +45,6 @@ for my $kind (qw(amo_wait alo_held alo_inflight alo_inflight_wait))
 		qq{SELECT notif_enqueue(1, '$kind', 'f', '{"to":"+84900000001","text":"$kind"}')});
 }
 
-sub job
-{
-	my ($node, $kind) = @_;
-	return $node->safe_psql('postgres',
-		qq{SELECT status || ' ' || coalesce(outcome, '-') || ' ' || tries || ' ' || coalesce(resolved_by, '-')
-		     FROM notif_job WHERE id = $id{$kind}});
-}
 
 sub sim_ledger
 {
@@ -68,7 +61,7 @@ ok( wait_until(
 	'primary: amo_wait queued again for its retry inside the window');
 $primary->safe_psql('postgres', q{UPDATE notif_type SET paused = true WHERE code = 'amo_wait'});
 wait_config_read($primary, 'default');
-is(job($primary, 'amo_wait'), 'queued unknown 1 dedup_window', 'primary: amo_wait paused before its retry');
+is(job_resolution($primary, $id{'amo_wait'}), 'queued unknown 1 dedup_window', 'primary: amo_wait paused before its retry');
 ok( wait_until(
 		$primary,
 		qq{SELECT status = 'queued' AND outcome = 'unknown' AND tries = 1 AND next_at > now() + interval '50 minutes'
@@ -84,7 +77,7 @@ ok( wait_until_ledger(
 		sub { ($_[0]->{'alo_inflight:1:f'}{received} // 0) >= 1 && ($_[0]->{'alo_inflight_wait:1:f'}{received} // 0) >= 1 }),
 	'primary: and reached the provider');
 $primary->safe_psql('postgres', q{SELECT notif_dlr('alo_inflight:1:f', true)});
-is(job($primary, 'alo_inflight'), 'sending - 1 -', 'primary: the report of alo_inflight is recorded during its call');
+is(job_resolution($primary, $id{'alo_inflight'}), 'sending - 1 -', 'primary: the report of alo_inflight is recorded during its call');
 
 # --- failover ---
 $primary->wait_for_catchup($standby);
@@ -95,25 +88,25 @@ ok( wait_until(
 		qq{SELECT count(*) = 2 FROM notif_job WHERE id IN ($id{alo_inflight}, $id{alo_inflight_wait})
 		      AND claimed_by IS NULL}),
 	'promoted: the calls in flight on the old primary were recovered');
-is(job($standby, 'alo_inflight'), 'sent unknown 1 report',
+is(job_resolution($standby, $id{'alo_inflight'}), 'sent unknown 1 report',
 	'promoted: lost_reported: the report recorded on the old primary ends it, no retry');
-is(job($standby, 'alo_inflight_wait'), 'queued unknown 1 -', 'promoted: alo_inflight_wait queued again');
+is(job_resolution($standby, $id{'alo_inflight_wait'}), 'queued unknown 1 -', 'promoted: alo_inflight_wait queued again');
 is( $standby->safe_psql('postgres', qq{SELECT next_at > now() + interval '50 minutes' FROM notif_job WHERE id = $id{alo_inflight_wait}}),
 	't', 'promoted: lost_retry_after_report_wait: its retry waits for a report');
-is(job($standby, 'alo_held'), 'queued unknown 1 -', 'promoted: alo_held still holds its retry');
+is(job_resolution($standby, $id{'alo_held'}), 'queued unknown 1 -', 'promoted: alo_held still holds its retry');
 is( $standby->safe_psql('postgres', qq{SELECT next_at > now() + interval '50 minutes' FROM notif_job WHERE id = $id{alo_held}}),
 	't', 'promoted: the hold of an hour survived the failover');
 
 $standby->safe_psql('postgres', q{SELECT notif_dlr('alo_held:1:f', true); SELECT notif_dlr('alo_inflight_wait:1:f', true)});
-is(job($standby, 'alo_held'), 'sent unknown 1 report', 'promoted: report_resolves: alo_held sent, resolved by the report');
-is(job($standby, 'alo_inflight_wait'), 'sent unknown 1 report', 'promoted: report_resolves: alo_inflight_wait too');
+is(job_resolution($standby, $id{'alo_held'}), 'sent unknown 1 report', 'promoted: report_resolves: alo_held sent, resolved by the report');
+is(job_resolution($standby, $id{'alo_inflight_wait'}), 'sent unknown 1 report', 'promoted: report_resolves: alo_inflight_wait too');
 
 $standby->safe_psql('postgres', q{UPDATE notif_type SET paused = false WHERE code = 'amo_wait'});
 ok( wait_until(
 		$standby,
 		qq{SELECT status <> 'queued' AND claimed_by IS NULL FROM notif_job WHERE id = $id{amo_wait}}),
 	'promoted: amo_wait retried on the promoted node');
-is(job($standby, 'amo_wait'), 'sent accepted 2 dedup_window',
+is(job_resolution($standby, $id{'amo_wait'}), 'sent accepted 2 dedup_window',
 	'promoted: amo_unknown_dedup_retry survived the failover: retried inside the window, then amo_accepted');
 
 is( join(', ', map { "$_ " . sim_ledger($_) } qw(amo_wait alo_held alo_inflight alo_inflight_wait)),

@@ -15,7 +15,7 @@
 # the sender while a lookup is in flight: asked again after the restart.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -56,29 +56,28 @@ for my $bad (
 }
 
 # --- the providers and their types ---
-sub provider
+# the lookup providers: a fault, the lookup endpoint, a credential to keep secret
+sub lookup_provider
 {
 	my ($name, $fault, %cols) = @_;
-	set_provider($node, $name, $sim->{url},
-		headers => qq('{"X-Sim-Fault": "$fault", "X-Sim-Fail-First": "1", "X-Api-Key": "k3y-$name"}'),
-		idempotency_header => q('Idempotency-Key'),
-		timeout => q('600 ms'),
+	fault_provider($node, $name, $sim->{url}, $fault,
+		extra_headers => { 'X-Api-Key' => "k3y-$name" },
 		lookup_url => qq('$status'),
 		%cols);
 }
-provider('p_found', 'timeout_delivered');
-provider('p_not_found', 'timeout');
-provider('p_head', 'timeout_delivered', lookup_method => q('HEAD'));
-provider('p_field', 'timeout_delivered',
+lookup_provider('p_found', 'timeout_delivered');
+lookup_provider('p_not_found', 'timeout');
+lookup_provider('p_head', 'timeout_delivered', lookup_method => q('HEAD'));
+lookup_provider('p_field', 'timeout_delivered',
 	lookup_field => q('status'), lookup_found_values => q('{delivered}'),
 	lookup_not_found_values => q('{not_found}'));
-provider('p_field_other', 'timeout_delivered',
+lookup_provider('p_field_other', 'timeout_delivered',
 	lookup_field => q('status'), lookup_found_values => q('{accepted}'));
-provider('p_unreachable', 'timeout_delivered', lookup_url => q('http://127.0.0.1:1/status/{key}'),
+lookup_provider('p_unreachable', 'timeout_delivered', lookup_url => q('http://127.0.0.1:1/status/{key}'),
 	lookup_headers => q('{}'));
-provider('p_amo', 'timeout');
+lookup_provider('p_amo', 'timeout');
 # one call in flight at most: the lookup holds the job's own grant
-provider('p_one', 'timeout_delivered', max_inflight => 1, rate_limit => 1);
+lookup_provider('p_one', 'timeout_delivered', max_inflight => 1, rate_limit => 1);
 
 $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
@@ -100,13 +99,6 @@ ok( wait_until(
 		q{SELECT count(*) = 8 FROM notif_job WHERE status IN ('sent', 'failed', 'expired') AND claimed_by IS NULL}),
 	'every job finished');
 
-sub job
-{
-	my ($kind) = @_;
-	return $node->safe_psql('postgres',
-		qq{SELECT status || ' ' || outcome || ' ' || tries || ' ' || coalesce(resolved_by, '-')
-		     FROM notif_job WHERE id = $id{$kind}});
-}
 sub ledger_of
 {
 	my ($kind) = @_;
@@ -120,7 +112,7 @@ sub calls
 		qq{SELECT string_agg(try || ':' || outcome, ',' ORDER BY try) FROM notif_calls WHERE job_id = $id{$kind}});
 }
 
-is(job('found'), 'sent accepted 2 lookup_found',
+is(job_resolution($node, $id{'found'}), 'sent accepted 2 lookup_found',
 	'alo_lookup_found: the lookup found it, the job is sent with no second call (its try went to the lookup)');
 is(ledger_of('found'), '1 1', 'found: the provider got it once');
 is(calls('found'), '1:unknown',
@@ -128,26 +120,26 @@ is(calls('found'), '1:unknown',
 is($node->safe_psql('postgres', qq{SELECT last_error FROM notif_job WHERE id = $id{found}}),
 	"the provider's status lookup found it: not sent again", '... and the job says why it was not sent again');
 
-is(job('not_found'), 'sent accepted 2 lookup_not_found',
+is(job_resolution($node, $id{'not_found'}), 'sent accepted 2 lookup_not_found',
 	'not found: the retry went ahead and was accepted; resolved_by lookup_not_found');
 is(ledger_of('not_found'), '2 1', 'not found: received twice, delivered once (the first was never delivered)');
 
-is(job('head'), 'sent accepted 2 lookup_found', 'lookup_method HEAD: found by its status alone');
+is(job_resolution($node, $id{'head'}), 'sent accepted 2 lookup_found', 'lookup_method HEAD: found by its status alone');
 is(ledger_of('head'), '1 1', 'HEAD: no second call');
 
-is(job('field'), 'sent accepted 2 lookup_found', 'lookup_field: "status" is "delivered", among the found values');
+is(job_resolution($node, $id{'field'}), 'sent accepted 2 lookup_found', 'lookup_field: "status" is "delivered", among the found values');
 is(ledger_of('field'), '1 1', 'lookup_field: no second call');
 
-is(job('field_other'), 'sent accepted 2 -',
+is(job_resolution($node, $id{'field_other'}), 'sent accepted 2 -',
 	'a found status whose field holds no found value is no answer: the retry went ahead, unresolved');
 is(ledger_of('field_other'), '2 2', '... and delivered a duplicate, as without a lookup');
 
-is(job('unreachable'), 'sent accepted 2 -', 'an unreachable lookup is no answer: the retry went ahead');
+is(job_resolution($node, $id{'unreachable'}), 'sent accepted 2 -', 'an unreachable lookup is no answer: the retry went ahead');
 is(ledger_of('unreachable'), '2 2', '... a duplicate, as without a lookup');
 
-is(job('amo'), 'sent unknown 1 -', 'at_most_once: never asked, never retried');
+is(job_resolution($node, $id{'amo'}), 'sent unknown 1 -', 'at_most_once: never asked, never retried');
 
-is(job('one'), 'sent accepted 2 lookup_found', 'max_inflight 1, rate_limit 1/s: asked all the same, found');
+is(job_resolution($node, $id{'one'}), 'sent accepted 2 lookup_found', 'max_inflight 1, rate_limit 1/s: asked all the same, found');
 is(ledger_of('one'), '1 1', 'max_inflight 1: no second call');
 
 # found, not_found, head, field, field_other: one lookup each; no first
@@ -176,7 +168,7 @@ is($node->safe_psql('postgres', q{SELECT coalesce(sum(in_flight), 0) FROM notif_
 # a call cut off (lost_retry), asked about again after the restart, found:
 # no second copy.
 sim_get($sim, '/config?lookup_latency_ms=3000');
-provider('p_crash', 'timeout_delivered', timeout => q('5 s'));
+lookup_provider('p_crash', 'timeout_delivered', timeout => q('5 s'));
 $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
 	VALUES ('crash', 'at_least_once', 4, 'p_crash', '100 ms', '100 ms')});
@@ -192,7 +184,7 @@ kill 'KILL', $pid;
 sim_get($sim, '/config?lookup_latency_ms=0');
 ok(wait_until($node, qq{SELECT status = 'sent' AND claimed_by IS NULL FROM notif_job WHERE id = $id{crash}}),
 	'crash: sent after the restart');
-is(job('crash'), 'sent accepted 3 lookup_found',
+is(job_resolution($node, $id{'crash'}), 'sent accepted 3 lookup_found',
 	'crash: recovered (lost_retry), asked again, found: no retry');
 is(ledger_of('crash'), '1 1', 'crash: the provider got it once');
 cmp_ok(stats($sim)->{lookups} - $lookups1, '>=', 1, 'crash: the lookup was asked again after the restart');

@@ -21,7 +21,7 @@
 # under what max_inflight calls over HTTP/1.1 need.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PushTest;
 use PostgreSQL::Test::Cluster;
@@ -135,14 +135,6 @@ ok(wait_until($node, q{SELECT count(*) FILTER (WHERE kind = 'late' AND status = 
 # The postmaster's soft limit is lowered under max_inflight (256) to what
 # a service gets by default, scaled down; a sender started after it
 # raises its own to the hard limit.
-sub sender_pid
-{
-	my $pid;
-	wait_until($node, q{SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'notif_deliver sender default'});
-	$pid = $node->safe_psql('postgres',
-		q{SELECT pid FROM pg_stat_activity WHERE application_name = 'notif_deliver sender default'});
-	return $pid;
-}
 
 # "soft hard" of a process's open files
 sub nofile
@@ -161,11 +153,11 @@ SKIP:
 	  unless $hard =~ /^\d+$/ && $hard > 320;
 	system('prlimit', '--pid', $postmaster, '--nofile=200:') == 0 or die 'prlimit failed';
 	is(nofile($postmaster), "200 $hard", 'the postmaster may open 200 files');
-	my $old = sender_pid();
+	my $old = sender_pid($node, q{default});
 	$node->safe_psql('postgres', "SELECT pg_terminate_backend($old)");
 	my $new;
 	wait_until($node, qq{SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'notif_deliver sender default' AND pid <> $old});
-	$new = sender_pid();
+	$new = sender_pid($node, q{default});
 	is(nofile($new), "$hard $hard", "a sender started after it raised its own soft limit to the hard one ($hard)");
 }
 

@@ -18,7 +18,7 @@
 #
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use CPAN::Meta::YAML;
 use Cwd qw(getcwd);
 use File::Temp qw(tempdir);

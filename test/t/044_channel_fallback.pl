@@ -8,7 +8,7 @@
 # fallback's key holds no round (sender/fallback.c).
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -18,8 +18,6 @@ my $node = new_node('channel_fallback');
 my $push = start_sim();
 my $sms = start_sim();
 my $closed = 'http://127.0.0.1:' . PostgreSQL::Test::Cluster::get_free_port() . '/send';
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 set_provider($node, 'push_gw', $push->{url}, idempotency_header => q('Idempotency-Key'));
 set_provider($node, 'push_bad', $push->{url}, idempotency_header => q('Idempotency-Key'),
@@ -35,7 +33,7 @@ like($err, qr/violates foreign key constraint "notif_type_fallback_type_fkey"/, 
 	q{INSERT INTO notif_type (code, delivery, max_tries, fallback_type) VALUES ('x', 'at_most_once', 1, 'x')});
 like($err, qr/violates check constraint "notif_type_fallback_type_check"/, 'so is the type itself');
 
-sql(q{
+sql($node, q{
 	INSERT INTO notif_type (code, delivery, max_tries, deadline, provider, lane) VALUES
 		('otp_sms', 'at_least_once', 3, '1 minute', 'sms_gw', 'sms');
 	INSERT INTO notif_type (code, delivery, max_tries, deadline, provider, fallback_type, fallback_after) VALUES
@@ -46,10 +44,10 @@ sql(q{
 my $payload = q('{"token": "t", "text": "code 1234", "fallback": {"to": "+84901234567", "text": "code 1234"}}');
 
 # --- accepted, no delivered report within fallback_after: the SMS goes ---
-sql("SELECT notif_enqueue(1, 'otp_push', 'o1', $payload)");
+sql($node, "SELECT notif_enqueue(1, 'otp_push', 'o1', $payload)");
 ok(wait_until($node, q{SELECT status = 'sent' FROM notif_job WHERE kind = 'otp_sms' AND user_id = 1}),
 	'no report 2 s after the push was accepted: the SMS was sent');
-is(sql(q{SELECT payload::text || ' ' || (created_at - (SELECT last_ended_at FROM notif_job WHERE kind = 'otp_push' AND user_id = 1) < interval '1 second')
+is(sql($node, q{SELECT payload::text || ' ' || (created_at - (SELECT last_ended_at FROM notif_job WHERE kind = 'otp_push' AND user_id = 1) < interval '1 second')
            || ' ' || (next_at - created_at >= interval '2 seconds')
            FROM notif_job WHERE kind = 'otp_sms' AND user_id = 1}),
 	'{"to": "+84901234567", "text": "code 1234"} true true',
@@ -58,46 +56,46 @@ is(last_request($sms, 'otp_sms:1:o1')->{body}, '{"to": "+84901234567", "text": "
 	'the SMS provider got the fallback member, under the same user and order');
 
 # --- a delivered report in time cancels it ---
-sql("SELECT notif_enqueue(2, 'otp_push', 'o2', $payload)");
+sql($node, "SELECT notif_enqueue(2, 'otp_push', 'o2', $payload)");
 ok(wait_until($node, q{SELECT count(*) = 1 FROM notif_job WHERE kind = 'otp_sms' AND user_id = 2 AND status = 'queued'}),
 	'the push was accepted: its SMS waits for fallback_after');
-sql(q{SELECT notif_dlr('otp_push:2:o2', true)});
-is(sql(q{SELECT status || ' ' || last_error FROM notif_job WHERE kind = 'otp_sms' AND user_id = 2}), 'failed cancelled',
+sql($node, q{SELECT notif_dlr('otp_push:2:o2', true)});
+is(sql($node, q{SELECT status || ' ' || last_error FROM notif_job WHERE kind = 'otp_sms' AND user_id = 2}), 'failed cancelled',
 	'a delivered report of the push cancels the waiting SMS');
 
 # --- failed, or expired: the SMS goes at once; none without a "fallback" member ---
-sql("SELECT notif_enqueue(3, 'otp_push_bad', 'o3', $payload)");
-sql(q{SELECT notif_enqueue(4, 'otp_push_bad', 'o4', '{"token": "t", "text": "no fallback"}')});
+sql($node, "SELECT notif_enqueue(3, 'otp_push_bad', 'o3', $payload)");
+sql($node, q{SELECT notif_enqueue(4, 'otp_push_bad', 'o4', '{"token": "t", "text": "no fallback"}')});
 ok(wait_until($node, q{SELECT status = 'sent' FROM notif_job WHERE kind = 'otp_sms' AND user_id = 3}),
 	'the push was rejected (failed): the SMS was sent');
-sql("SELECT notif_enqueue(5, 'otp_push_down', 'o5', $payload)");
+sql($node, "SELECT notif_enqueue(5, 'otp_push_down', 'o5', $payload)");
 ok(wait_until($node, q{SELECT status = 'sent' FROM notif_job WHERE kind = 'otp_sms' AND user_id = 5}),
 	'the push provider was down and the push expired at its deadline: the SMS was sent');
-is(sql(q{SELECT status FROM notif_job WHERE kind = 'otp_push_down' AND user_id = 5}), 'expired', '  (the push expired)');
-is(sql(q{SELECT status || ' ' || (SELECT count(*) FROM notif_job f WHERE f.user_id = 4 AND f.kind = 'otp_sms')
+is(sql($node, q{SELECT status FROM notif_job WHERE kind = 'otp_push_down' AND user_id = 5}), 'expired', '  (the push expired)');
+is(sql($node, q{SELECT status || ' ' || (SELECT count(*) FROM notif_job f WHERE f.user_id = 4 AND f.kind = 'otp_sms')
            FROM notif_job WHERE kind = 'otp_push_bad' AND user_id = 4}), 'failed 0',
 	'a job without a "fallback" member gets none');
 
 # --- a cancelled job gets none; each job at most one ---
-sql(q{UPDATE notif_type SET paused = true WHERE code = 'otp_push_bad'});
-my $c = sql("SELECT notif_enqueue(6, 'otp_push_bad', 'o6', $payload)");
-sql("SELECT notif_cancel($c)");
-sql(q{UPDATE notif_type SET paused = false WHERE code = 'otp_push_bad'});
+sql($node, q{UPDATE notif_type SET paused = true WHERE code = 'otp_push_bad'});
+my $c = sql($node, "SELECT notif_enqueue(6, 'otp_push_bad', 'o6', $payload)");
+sql($node, "SELECT notif_cancel($c)");
+sql($node, q{UPDATE notif_type SET paused = false WHERE code = 'otp_push_bad'});
 # a push of the same type failed after the cancel: its SMS is written...
-sql("SELECT notif_enqueue(7, 'otp_push_bad', 'o7', $payload)");
+sql($node, "SELECT notif_enqueue(7, 'otp_push_bad', 'o7', $payload)");
 ok(wait_until($node, q{SELECT count(*) = 1 FROM notif_job WHERE kind = 'otp_sms' AND user_id = 7}),
 	'a push of the type failed after the cancel: its SMS was written');
 # ... and the cancelled one has none
-is(sql(q{SELECT count(*) FROM notif_job WHERE kind = 'otp_sms' AND user_id = 6}), '0', 'a cancelled push gets no SMS');
+is(sql($node, q{SELECT count(*) FROM notif_job WHERE kind = 'otp_sms' AND user_id = 6}), '0', 'a cancelled push gets no SMS');
 
 # the failed push, re-driven, fails again: still the one SMS it had
-my $p3 = sql(q{SELECT id FROM notif_job WHERE kind = 'otp_push_bad' AND user_id = 3});
-is(sql(qq{SELECT fallback_of FROM notif_job WHERE kind = 'otp_sms' AND user_id = 3}), $p3,
+my $p3 = sql($node, q{SELECT id FROM notif_job WHERE kind = 'otp_push_bad' AND user_id = 3});
+is(sql($node, qq{SELECT fallback_of FROM notif_job WHERE kind = 'otp_sms' AND user_id = 3}), $p3,
 	'notif_job.fallback_of names the push the SMS falls back for');
-sql("SELECT notif_retry($p3)");
+sql($node, "SELECT notif_retry($p3)");
 ok(wait_until($node, qq{SELECT status = 'failed' AND earlier_tries > 0 FROM notif_job WHERE id = $p3}),
 	'the failed push, re-driven, failed again');
-is(sql(q{SELECT string_agg(user_id || ':' || n, ' ' ORDER BY user_id) FROM (
+is(sql($node, q{SELECT string_agg(user_id || ':' || n, ' ' ORDER BY user_id) FROM (
            SELECT user_id, count(*) AS n FROM notif_job WHERE kind = 'otp_sms' GROUP BY user_id) c}),
 	'1:1 2:1 3:1 5:1 7:1', 'one SMS per push at most');
 
@@ -105,10 +103,10 @@ is(sql(q{SELECT string_agg(user_id || ':' || n, ' ' ORDER BY user_id) FROM (
 my $bg = $node->background_psql('postgres');
 $bg->query_safe(q{BEGIN});
 $bg->query_safe(q{SELECT notif_enqueue(8, 'otp_sms', 'o8', '{"to": "+84900000008", "text": "the app"}')});
-my $p8 = sql("SELECT notif_enqueue(8, 'otp_push_bad', 'o8', $payload)");
+my $p8 = sql($node, "SELECT notif_enqueue(8, 'otp_push_bad', 'o8', $payload)");
 ok(wait_until($node, qq{SELECT status = 'failed' FROM notif_job WHERE id = $p8}),
 	'the push whose SMS key an open transaction holds failed, and was recorded');
-sql("SELECT notif_enqueue(9, 'otp_push_bad', 'o9', $payload)");
+sql($node, "SELECT notif_enqueue(9, 'otp_push_bad', 'o9', $payload)");
 ok(wait_until($node, q{SELECT status = 'sent' FROM notif_job WHERE kind = 'otp_sms' AND user_id = 9}),
 	'the lane went on meanwhile: the next failed push got its SMS');
 $bg->query_safe(q{ROLLBACK});

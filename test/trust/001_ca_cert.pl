@@ -10,7 +10,7 @@
 # trusts the system's store again on its next call without one.
 use strict;
 use warnings;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 use PushTest;
 use PostgreSQL::Test::Cluster;
@@ -52,14 +52,13 @@ PushTest::spawn("$dir/nghttpx.log", 'nghttpx', '--conf=/dev/null', '--workers=1'
 PushTest::wait_port($front, 'nghttpx');
 
 my $node = new_node('trust');
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 my $url = "https://127.0.0.1:$front/send";
 my $system_ca = slurp_file("$dir/system_ca.pem");
 my $other_ca = slurp_file("$dir/other_ca.pem");
 set_provider($node, 'system', $url, idempotency_header => q('Idempotency-Key'));
 set_provider($node, 'other', $url, idempotency_header => q('Idempotency-Key'), ca_cert => "'$other_ca'");
 set_provider($node, 'own', $url, idempotency_header => q('Idempotency-Key'), ca_cert => "'$system_ca'");
-sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max) VALUES
+sql($node, q{INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max) VALUES
       ('by_system', 'at_least_once', 2, 'system', '100 ms', '100 ms'),
       ('by_other', 'at_least_once', 2, 'other', '100 ms', '100 ms'),
       ('by_own', 'at_least_once', 2, 'own', '100 ms', '100 ms')});
@@ -69,7 +68,7 @@ sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, 
 sub deliver
 {
 	my ($kind, $order) = @_;
-	my $id = sql("SELECT notif_enqueue(1, '$kind', '$order', '{\"text\":\"x\"}')");
+	my $id = sql($node, "SELECT notif_enqueue(1, '$kind', '$order', '{\"text\":\"x\"}')");
 	wait_until($node, "SELECT status <> 'queued' AND claimed_by IS NULL FROM notif_job WHERE id = $id")
 	  or diag("job $id of $kind did not finish");
 	return $id;
@@ -82,7 +81,7 @@ is(ledger_key($sim, 'by_system:1:a'), '1 1 1', 'and the provider got the call');
 $j = deliver('by_other', 'b');
 is(job_row($node, $j), 'failed unreached 2 -',
 	'ca_cert of another CA: the front the system trusts is refused (unreached, retried, failed)');
-like(sql("SELECT last_error FROM notif_job WHERE id = $j"), qr/certificate/i,
+like(sql($node, "SELECT last_error FROM notif_job WHERE id = $j"), qr/certificate/i,
 	'last_error names the certificate problem');
 is(ledger_key($sim, 'by_other:1:b'), '0 0 0', 'and nothing reached the provider');
 

@@ -10,7 +10,7 @@ use Exporter 'import';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use lib 'test';
+use lib 'test/lib/perl';
 use NotifTest;
 
 our @EXPORT = qw(new_pair walreceiver_pid add_load_types enqueue_load received

@@ -14,7 +14,7 @@ use Test::More;
 
 our @EXPORT = qw(new_node configure_node start_sim sim_get ledger ledger_key stats wait_until headers_of
   job_row set_provider last_request doc_sql wait_config_read table_rows wait_until_ledger
-  active_mismatches schema_version);
+  active_mismatches schema_version sql sender_pid enqueue job_resolution fault_provider);
 
 # simulators started by this test, stopped when it ends
 my @sims;
@@ -222,6 +222,66 @@ sub job_row
 	return $node->safe_psql('postgres',
 		"SELECT status || ' ' || coalesce(outcome, '-') || ' ' || tries || ' ' || coalesce(http_status::text, '-') FROM notif_job WHERE id = $id"
 	);
+}
+
+# "status outcome tries resolved_by" of a job ("-" for a null)
+sub job_resolution
+{
+	my ($node, $id) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT status || ' ' || coalesce(outcome, '-') || ' ' || tries || ' ' || coalesce(resolved_by, '-') FROM notif_job WHERE id = $id"
+	);
+}
+
+# A query on the node's "postgres" database; its output.  A string Perl
+# holds as characters (a literal under `use utf8`) is sent as UTF-8.
+sub sql
+{
+	my ($node, $query) = @_;
+	utf8::encode($query) if utf8::is_utf8($query);
+	return $node->safe_psql('postgres', $query);
+}
+
+# The pid of the sender of LANE (of the one sender, when no lane is given),
+# once there is exactly one.
+sub sender_pid
+{
+	my ($node, $lane) = @_;
+	my $which = defined $lane
+	  ? "application_name = 'notif_deliver sender $lane'"
+	  : "backend_type = 'notif_deliver sender'";
+	wait_until($node, "SELECT count(*) = 1 FROM pg_stat_activity WHERE $which");
+	my $pid = $node->safe_psql('postgres', "SELECT pid FROM pg_stat_activity WHERE $which");
+	die "no sender " . ($lane // '') . ": '$pid'" unless $pid =~ /^\d+$/;
+	return $pid;
+}
+
+# Enqueue one SMS of KIND for client CLIENT (to +849 and the client number
+# on 8 digits), text TEXT ("hello" unless given); its job id.
+sub enqueue
+{
+	my ($node, $client, $kind, $order, $text) = @_;
+	$text //= 'hello';
+	return $node->safe_psql('postgres',
+		sprintf(q{SELECT notif_enqueue(%d, '%s', '%s', '{"to":"+849%08d","text":"%s"}')},
+			$client, $kind, $order, $client, $text));
+}
+
+# A provider at URL whose calls the simulator fails once with FAULT
+# (X-Sim-Fault, X-Sim-Fail-First: 1; test/sim/README.md), with an
+# idempotency key and a 600 ms timeout; COLS as set_provider's, and
+# extra_headers => { name => value } for more headers.
+sub fault_provider
+{
+	my ($node, $name, $url, $fault, %cols) = @_;
+	my $extra = delete $cols{extra_headers} // {};
+	my $headers = join(', ', qq("X-Sim-Fault": "$fault"), q("X-Sim-Fail-First": "1"),
+		map { qq("$_": "$extra->{$_}") } sort keys %$extra);
+	set_provider($node, $name, $url,
+		headers => "'{$headers}'",
+		idempotency_header => q('Idempotency-Key'),
+		timeout => q('600 ms'),
+		%cols);
 }
 
 # Point a provider row (created if missing) at a URL, with extra settings.
