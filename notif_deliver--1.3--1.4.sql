@@ -414,3 +414,26 @@ RETURNS bigint
 LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 RETURN @extschema@.notif_dlr(key, delivered, reported_at, NULL::text);
+
+/* ---------------------------------------------------------------------
+ * The FCM targets a provider sends to (push/payload.c; doc/security.md)
+ *
+ * An FCM message names a token, a topic or a condition, and a topic or a
+ * condition reaches every subscriber of the app's topics: fcm_topics pins
+ * what a provider's calls may name.  Set, a payload names a token or one
+ * of the listed topics (compared exactly); a condition, which can combine
+ * any topics, is refused; '{}' is tokens only.  Refused at enqueue
+ * (22023) for the type's provider, and before the call (the job fails, no
+ * call made) for a backup provider or after a change.  NULL: any target,
+ * as before 1.4.
+ * --------------------------------------------------------------------- */
+
+ALTER TABLE notif_provider
+    ADD COLUMN fcm_topics text[]
+        CONSTRAINT notif_provider_fcm_topics_check
+        CHECK (cardinality(fcm_topics) = 0
+               OR (array_ndims(fcm_topics) = 1
+                   AND array_position(fcm_topics, NULL) IS NULL
+                   AND array_position(fcm_topics, '') IS NULL));
+
+COMMENT ON COLUMN notif_provider.fcm_topics IS 'fcm: the topics a payload may name beside a token (a condition is refused, ''{}'' is tokens only); NULL: a token, any topic or any condition';

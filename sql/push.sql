@@ -142,6 +142,29 @@ SELECT notif_enqueue(1, 'apns_msg', 't4', '{"device_token": "ab12", "headers": {
 UPDATE notif_provider SET apns_topics = NULL WHERE name = 'apns';
 SELECT notif_enqueue(1, 'apns_msg', 't5', '{"device_token": "ab12", "headers": {"apns-topic": "com.other.app"}, "aps": {}}') > 0 AS any_topic;
 
+-- (1.4) a provider row pins the FCM targets a payload may name: with
+-- fcm_topics set, a token or one of its topics (compared exactly), never a
+-- condition (it can combine any topics); '{}' is tokens only (22023 at
+-- enqueue otherwise, a change reaching the sessions' cache at once)
+SELECT try($$UPDATE notif_provider SET fcm_topics = '{news, NULL}' WHERE name = 'fcm'$$);
+SELECT try($$UPDATE notif_provider SET fcm_topics = '{news, ""}' WHERE name = 'fcm'$$);
+SELECT try($$UPDATE notif_provider SET fcm_topics = '{{news}, {sports}}' WHERE name = 'fcm'$$);
+UPDATE notif_provider SET fcm_topics = '{news, weather}' WHERE name = 'fcm';
+SELECT try($$SELECT notif_enqueue(1, 'fcm_msg', 'f1', '{"topic": "sports"}')$$) AS other_topic;
+SELECT try($$SELECT notif_enqueue(1, 'fcm_msg', 'f2', '{"topic": "News"}')$$) AS other_case;
+SELECT try($$SELECT notif_enqueue(1, 'fcm_msg', 'f3', '{"condition": "''news'' in topics || ''sports'' in topics"}')$$) AS condition;
+SELECT notif_enqueue(1, 'fcm_msg', 'f4', '{"topic": "weather"}') > 0 AS pinned_topic;
+SELECT notif_enqueue(1, 'fcm_msg', 'f5', '{"token": "t1"}') > 0 AS token;
+UPDATE notif_provider SET fcm_topics = '{}' WHERE name = 'fcm';
+SELECT try($$SELECT notif_enqueue(1, 'fcm_msg', 'f6', '{"topic": "news"}')$$) AS tokens_only_topic;
+SELECT try($$SELECT notif_enqueue(1, 'fcm_msg', 'f7', '{"condition": "''news'' in topics"}')$$) AS tokens_only_condition;
+SELECT notif_enqueue(1, 'fcm_msg', 'f8', '{"token": "t1"}') > 0 AS tokens_only_token;
+UPDATE notif_provider SET fcm_topics = NULL WHERE name = 'fcm';
+SELECT notif_enqueue(1, 'fcm_msg', 'f9', '{"topic": "sports"}') > 0 AS any_topic;
+SELECT notif_enqueue(1, 'fcm_msg', 'f10', '{"condition": "''sports'' in topics"}') > 0 AS any_condition;
+-- only the accepted ones were written
+SELECT string_agg(order_id, ' ' ORDER BY id) AS written FROM notif_job WHERE kind = 'fcm_msg' AND order_id ~ '^f[0-9]+$';
+
 -- notif_unregistered: empty until a platform reports a dead token; prunable
 SELECT * FROM notif_unregistered;
 DELETE FROM notif_unregistered WHERE reported_at < now() - interval '30 days';

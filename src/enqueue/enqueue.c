@@ -232,7 +232,8 @@ enqueue_internal(FunctionCallInfo fcinfo, text *order_id_text)
 						 kind)));
 
 	/* an fcm or apns provider's rules: refused here, not at every call */
-	notif_push_check_payload((NotifFormat) type.format, payload, kind, type.apns_topics);
+	notif_push_check_payload((NotifFormat) type.format, payload, kind, type.apns_topics,
+							 type.fcm_topics);
 
 	if (type.has_deadline)
 	{

@@ -21,6 +21,8 @@ typedef struct NotifTypeInfo
 	int			format;			/* NotifFormat of its provider (push rules) */
 	ArrayType  *apns_topics;	/* its provider's apns_topics, or NULL: any
 								 * (in the caller's memory context) */
+	ArrayType  *fcm_topics;		/* its provider's fcm_topics, or NULL: any
+								 * target (in the caller's memory context) */
 } NotifTypeInfo;
 
 extern bool notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info);

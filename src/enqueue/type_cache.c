@@ -39,14 +39,15 @@ typedef struct NotifTypeCacheEntry
 } NotifTypeCacheEntry;
 
 static HTAB *type_cache = NULL;
-static MemoryContext type_cache_cxt = NULL; /* the entries' apns_topics */
+static MemoryContext type_cache_cxt = NULL; /* the entries' topics */
 static bool type_cache_valid = false;
 static bool callback_registered = false;
 static Oid	cached_nspid = InvalidOid;
 static Oid	cached_relid = InvalidOid;
 static Oid	cached_provider_relid = InvalidOid;
 static SPIPlanPtr lookup_plan = NULL;
-static bool lookup_plan_topics = false; /* it reads notif_provider.apns_topics */
+static bool lookup_plan_apns = false;	/* it reads notif_provider.apns_topics */
+static bool lookup_plan_fcm = false;	/* and fcm_topics */
 
 static void
 type_cache_invalidate(Datum arg, Oid relid)
@@ -92,18 +93,26 @@ type_cache_reset(Oid nspid)
 	type_cache_valid = true;
 }
 
+/* whether the provider table has this column (an older schema has not) */
+static bool
+provider_has(const char *column)
+{
+	return OidIsValid(cached_provider_relid) &&
+		get_attnum(cached_provider_relid, column) != InvalidAttrNumber;
+}
+
 /*
  * The lookup plan, prepared once per session (connected to SPI), and again
- * when notif_provider gains apns_topics (1.4): until the update, an older
- * schema's enqueue reads none.
+ * when notif_provider gains apns_topics or fcm_topics (1.4): until the
+ * update, an older schema's enqueue reads none.
  */
 static SPIPlanPtr
 get_lookup_plan(Oid nspid)
 {
-	bool		topics = OidIsValid(cached_provider_relid) &&
-		get_attnum(cached_provider_relid, "apns_topics") != InvalidAttrNumber;
+	bool		apns = provider_has("apns_topics");
+	bool		fcm = provider_has("fcm_topics");
 
-	if (lookup_plan && lookup_plan_topics != topics)
+	if (lookup_plan && (lookup_plan_apns != apns || lookup_plan_fcm != fcm))
 	{
 		SPI_freeplan(lookup_plan);
 		lookup_plan = NULL;
@@ -113,25 +122,54 @@ get_lookup_plan(Oid nspid)
 		Oid			argtypes[1] = {TEXTOID};
 		SPIPlanPtr	plan;
 
+		/* each %%s becomes %s, the schema notif_qualified_sql puts in */
 		plan = SPI_prepare(notif_qualified_sql(nspid,
-											   topics
-											   ? "SELECT t.deadline, t.lane, p.format, p.apns_topics"
-											   "  FROM %s.notif_type t JOIN %s.notif_provider p"
-											   "    ON p.name OPERATOR(pg_catalog.=) t.provider"
-											   " WHERE t.code OPERATOR(pg_catalog.=) $1"
-											   : "SELECT t.deadline, t.lane, p.format, NULL::pg_catalog.text[]"
-											   "  FROM %s.notif_type t JOIN %s.notif_provider p"
-											   "    ON p.name OPERATOR(pg_catalog.=) t.provider"
-											   " WHERE t.code OPERATOR(pg_catalog.=) $1"),
+											   psprintf("SELECT t.deadline, t.lane, p.format, %s, %s"
+														"  FROM %%s.notif_type t JOIN %%s.notif_provider p"
+														"    ON p.name OPERATOR(pg_catalog.=) t.provider"
+														" WHERE t.code OPERATOR(pg_catalog.=) $1",
+														apns ? "p.apns_topics" : "NULL::pg_catalog.text[]",
+														fcm ? "p.fcm_topics" : "NULL::pg_catalog.text[]")),
 						   1, argtypes);
 		if (plan == NULL)
 			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
 		if (SPI_keepplan(plan) != 0)
 			elog(ERROR, "SPI_keepplan failed");
 		lookup_plan = plan;
-		lookup_plan_topics = topics;
+		lookup_plan_apns = apns;
+		lookup_plan_fcm = fcm;
 	}
 	return lookup_plan;
+}
+
+/* a copy of array a (NULL: NULL) in cxt */
+static ArrayType *
+copy_array(ArrayType *a, MemoryContext cxt)
+{
+	ArrayType  *copy;
+
+	if (a == NULL)
+		return NULL;
+	copy = MemoryContextAlloc(cxt, VARSIZE(a));
+	memcpy(copy, a, VARSIZE(a));
+	return copy;
+}
+
+/* column col of the lookup's row, an array or NULL, copied with SPI_palloc */
+static ArrayType *
+spi_array(int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, &isnull);
+	ArrayType  *a;
+	ArrayType  *copy;
+
+	if (isnull)
+		return NULL;
+	a = DatumGetArrayTypeP(d);
+	copy = SPI_palloc(VARSIZE(a));
+	memcpy(copy, a, VARSIZE(a));
+	return copy;
 }
 
 /*
@@ -156,8 +194,8 @@ notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info)
 		if (found)
 		{
 			*info = entry->info;
-			if (info->apns_topics)
-				info->apns_topics = DatumGetArrayTypePCopy(PointerGetDatum(info->apns_topics));
+			info->apns_topics = copy_array(info->apns_topics, CurrentMemoryContext);
+			info->fcm_topics = copy_array(info->fcm_topics, CurrentMemoryContext);
 			return entry->exists;
 		}
 	}
@@ -190,15 +228,9 @@ notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info)
 			text_to_cstring_buffer(DatumGetTextPP(d), fresh.lane, sizeof(fresh.lane));
 			d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
 			fresh.format = notif_format_from_string(TextDatumGetCString(d));
-			d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull);
-			if (!isnull)
-			{
-				/* in the caller's memory, which SPI_finish keeps */
-				ArrayType  *a = DatumGetArrayTypeP(d);
-
-				fresh.apns_topics = SPI_palloc(VARSIZE(a));
-				memcpy(fresh.apns_topics, a, VARSIZE(a));
-			}
+			/* in the caller's memory, which SPI_finish keeps */
+			fresh.apns_topics = spi_array(4);
+			fresh.fcm_topics = spi_array(5);
 		}
 		SPI_finish();
 
@@ -208,12 +240,8 @@ notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info)
 			entry = hash_search(type_cache, code, HASH_ENTER, &found);
 			entry->exists = exists;
 			entry->info = fresh;
-			if (fresh.apns_topics)
-			{
-				entry->info.apns_topics = MemoryContextAlloc(type_cache_cxt,
-															 VARSIZE(fresh.apns_topics));
-				memcpy(entry->info.apns_topics, fresh.apns_topics, VARSIZE(fresh.apns_topics));
-			}
+			entry->info.apns_topics = copy_array(fresh.apns_topics, type_cache_cxt);
+			entry->info.fcm_topics = copy_array(fresh.fcm_topics, type_cache_cxt);
 		}
 		*info = fresh;
 		return exists;

@@ -81,6 +81,8 @@ typedef struct NotifProviderConf
 	Jsonb	   *payload_map;	/* its body's fields from the payload's, or NULL */
 	ArrayType  *apns_topics;	/* the apns-topic values a payload may name,
 								 * or NULL: any */
+	ArrayType  *fcm_topics;		/* the topics an FCM payload may name beside a
+								 * token (no condition), or NULL: any target */
 	int			breaker_threshold;	/* failures in a row that open its
 									 * breaker; 0: no breaker */
 	int64		breaker_cooldown_ms;	/* open this long before a probe */

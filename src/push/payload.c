@@ -9,7 +9,8 @@
  *   fcm    FCM's message object: exactly one of "token", "topic",
  *          "condition" (non-empty strings); "data" a map of strings;
  *          "notification", "android", "apns", "webpush", "fcm_options"
- *          objects; no other member
+ *          objects; no other member; with the provider's fcm_topics set,
+ *          a token or a topic among them (no condition)
  *   apns   {"device_token": "<hex>", "headers": {name: "value"}, ...body}:
  *          header names among APNs' own (not authorization, which the sender
  *          sets), values single-line strings; the body (the payload without
@@ -70,8 +71,70 @@ is_http_token(const char *s, int len)
 	return true;
 }
 
+/* a provider's apns_topics or fcm_topics as one line: "a", "b" (for an error) */
 static char *
-fcm_error(Jsonb *payload)
+topics_list(ArrayType *topics)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n,
+				i;
+	StringInfoData s;
+
+	deconstruct_array(topics, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	initStringInfo(&s);
+	for (i = 0; i < n; i++)
+		if (!nulls[i])
+			appendStringInfo(&s, "%s\"%s\"", s.len > 0 ? ", " : "", TextDatumGetCString(elems[i]));
+	return s.data;
+}
+
+/* whether topics holds the topic of len bytes (compared exactly) */
+static bool
+topic_listed(const char *topic, int len, ArrayType *topics)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n,
+				i;
+
+	deconstruct_array(topics, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	for (i = 0; i < n; i++)
+		if (!nulls[i] && VARSIZE_ANY_EXHDR(DatumGetPointer(elems[i])) == (Size) len &&
+			memcmp(VARDATA_ANY(DatumGetPointer(elems[i])), topic, len) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * Why an FCM message's target (one of "token", "topic", "condition", the
+ * payload checked to name exactly one) cannot go to a provider whose
+ * fcm_topics are topics, or NULL when it can: a token always can; a topic
+ * when listed; a condition never, as it can combine any topics.
+ */
+static char *
+fcm_target_error(Jsonb *payload, ArrayType *topics)
+{
+	JsonbValue *t = get(payload, "topic");
+
+	if (get(payload, "token"))
+		return NULL;
+	if (t && topic_listed(t->val.string.val, t->val.string.len, topics))
+		return NULL;
+	if (ArrayGetNItems(ARR_NDIM(topics), ARR_DIMS(topics)) == 0)
+		return t
+			? psprintf("\"topic\" \"%.*s\" is refused: its provider's fcm_topics are empty (tokens only)",
+					   Min(t->val.string.len, 64), t->val.string.val)
+			: pstrdup("\"condition\" is refused: its provider's fcm_topics are empty (tokens only)");
+	return t
+		? psprintf("\"topic\" \"%.*s\" is not one of its provider's fcm_topics (%s)",
+				   Min(t->val.string.len, 64), t->val.string.val, topics_list(topics))
+		: psprintf("\"condition\" is refused: it can combine any topics, and its provider sends only to tokens and its fcm_topics (%s)",
+				   topics_list(topics));
+}
+
+static char *
+fcm_error(Jsonb *payload, ArrayType *topics)
 {
 	static const char *const targets[] = {"token", "topic", "condition"};
 	static const char *const objects[] = {"notification", "android", "apns", "webpush",
@@ -97,6 +160,13 @@ fcm_error(Jsonb *payload)
 		return pstrdup(n_targets == 0
 					   ? "it names no target: give one of \"token\", \"topic\", \"condition\""
 					   : "it names more than one target: give exactly one of \"token\", \"topic\", \"condition\"");
+	if (topics)
+	{
+		char	   *error = fcm_target_error(payload, topics);
+
+		if (error)
+			return error;
+	}
 
 	for (i = 0; i < (int) lengthof(objects); i++)
 	{
@@ -173,24 +243,6 @@ is_apns_header(const char *name, int len)
 	return false;
 }
 
-/* the provider's apns_topics as one line: "a", "b" (for an error) */
-static char *
-topics_list(ArrayType *topics)
-{
-	Datum	   *elems;
-	bool	   *nulls;
-	int			n,
-				i;
-	StringInfoData s;
-
-	deconstruct_array(topics, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
-	initStringInfo(&s);
-	for (i = 0; i < n; i++)
-		if (!nulls[i])
-			appendStringInfo(&s, "%s\"%s\"", s.len > 0 ? ", " : "", TextDatumGetCString(elems[i]));
-	return s.data;
-}
-
 /*
  * Why an apns-topic (NULL: the payload names none) cannot go to a provider
  * whose apns_topics are topics, or NULL when it can.
@@ -198,19 +250,11 @@ topics_list(ArrayType *topics)
 static char *
 apns_topic_error(const char *topic, int len, ArrayType *topics)
 {
-	Datum	   *elems;
-	bool	   *nulls;
-	int			n,
-				i;
-
 	if (topic == NULL)
 		return psprintf("it names no apns-topic, and its provider sends only to its apns_topics (%s)",
 						topics_list(topics));
-	deconstruct_array(topics, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
-	for (i = 0; i < n; i++)
-		if (!nulls[i] && VARSIZE_ANY_EXHDR(DatumGetPointer(elems[i])) == (Size) len &&
-			memcmp(VARDATA_ANY(DatumGetPointer(elems[i])), topic, len) == 0)
-			return NULL;
+	if (topic_listed(topic, len, topics))
+		return NULL;
 	return psprintf("\"headers\": apns-topic \"%.*s\" is not one of its provider's apns_topics (%s)",
 					Min(len, 64), topic, topics_list(topics));
 }
@@ -299,24 +343,25 @@ apns_error(Jsonb *payload, ArrayType *topics)
 /*
  * Why a payload cannot go to a provider of this format, or NULL when it
  * can (and for formats without rules).  apns_topics: an apns provider's,
- * or NULL (any topic).
+ * or NULL (any topic); fcm_topics: an fcm provider's, or NULL (any target).
  */
 char *
-notif_push_payload_error(NotifFormat format, Jsonb *payload, ArrayType *apns_topics)
+notif_push_payload_error(NotifFormat format, Jsonb *payload, ArrayType *apns_topics,
+						 ArrayType *fcm_topics)
 {
 	if (format != FORMAT_FCM && format != FORMAT_APNS)
 		return NULL;
 	if (!JB_ROOT_IS_OBJECT(payload) || JB_ROOT_IS_SCALAR(payload))
 		return pstrdup("it must be a JSON object");
-	return format == FORMAT_FCM ? fcm_error(payload) : apns_error(payload, apns_topics);
+	return format == FORMAT_FCM ? fcm_error(payload, fcm_topics) : apns_error(payload, apns_topics);
 }
 
 /* notif_enqueue's check: refuse, naming the format and the rule */
 void
 notif_push_check_payload(NotifFormat format, Jsonb *payload, const char *kind,
-						 ArrayType *apns_topics)
+						 ArrayType *apns_topics, ArrayType *fcm_topics)
 {
-	char	   *error = notif_push_payload_error(format, payload, apns_topics);
+	char	   *error = notif_push_payload_error(format, payload, apns_topics, fcm_topics);
 
 	if (error)
 		ereport(ERROR,

@@ -15,9 +15,9 @@
 /* push/payload.c */
 extern NotifFormat notif_format_from_string(const char *s);
 extern char *notif_push_payload_error(NotifFormat format, Jsonb *payload,
-									  ArrayType *apns_topics);
+									  ArrayType *apns_topics, ArrayType *fcm_topics);
 extern void notif_push_check_payload(NotifFormat format, Jsonb *payload, const char *kind,
-									 ArrayType *apns_topics);
+									 ArrayType *apns_topics, ArrayType *fcm_topics);
 extern Jsonb *notif_apns_body(Jsonb *payload);
 
 /* push/fcm.c, push/apns.c: fill call->url, body, headers */

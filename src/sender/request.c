@@ -237,7 +237,8 @@ notif_build_request(NotifCall *call, const NotifProviderConf *provider,
 	call->provider = pstrdup(provider->name);
 	call->max_connections = provider->max_connections;
 	call->ca_cert = provider->ca_cert ? pstrdup(provider->ca_cert) : NULL;
-	call->refused = notif_push_payload_error(provider->format, payload, provider->apns_topics);
+	call->refused = notif_push_payload_error(provider->format, payload, provider->apns_topics,
+											 provider->fcm_topics);
 	if (call->refused)
 	{
 		call->refused = psprintf("payload refused before the call: not a valid %s message: %s",

@@ -67,7 +67,7 @@ static const char *const sql_lane_types =
 "       p.breaker_threshold, (extract(epoch FROM p.breaker_cooldown) * 1000)::int8,"
 "       t.deadline IS NOT NULL, p.payload_map, r.route::int4, cardinality(rs.routes), rs.routes,"
 "       EXISTS (SELECT FROM %s.notif_type f WHERE f.fallback_type IS NOT NULL),"
-"       p.apns_topics"
+"       p.apns_topics, p.fcm_topics"
 "  FROM %s.notif_type t"
 "  CROSS JOIN LATERAL (SELECT ARRAY[t.provider] || coalesce(t.backup_providers, '{}') AS routes) rs"
 "  CROSS JOIN LATERAL unnest(rs.routes) WITH ORDINALITY AS r(name, route)"

@@ -175,6 +175,14 @@ notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out)
 			t->provider.apns_topics = DatumGetArrayTypePCopy(d);
 			MemoryContextSwitchTo(old);
 		}
+		d = spi_col(i, 40, &isnull);
+		if (!isnull)
+		{
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+
+			t->provider.fcm_topics = DatumGetArrayTypePCopy(d);
+			MemoryContextSwitchTo(old);
+		}
 	}
 	*out = types;
 	return (int) SPI_processed;
