@@ -266,21 +266,21 @@ sql($node, q{UPDATE notif_provider SET apns_topics = NULL WHERE name = 'apns'});
 # (1.4) a provider's fcm_topics, pinned after the enqueue: a job that names
 # another topic, or a condition, fails before any call (at enqueue it is
 # refused: sql/push.sql)
-sql(q{INSERT INTO notif_type (code, delivery, max_tries, provider, paused) VALUES ('fcm_pinned', 'at_least_once', 3, 'fcm', true)});
-my $ftopic = sql(q{SELECT notif_enqueue(96, 'fcm_pinned', 'p1', '{"topic": "sports", "notification": {"title": "x"}}')});
-my $fcond = sql(q{SELECT notif_enqueue(96, 'fcm_pinned', 'p2', '{"condition": "''news'' in topics", "notification": {"title": "x"}}')});
+sql($node, q{INSERT INTO notif_type (code, delivery, max_tries, provider, paused) VALUES ('fcm_pinned', 'at_least_once', 3, 'fcm', true)});
+my $ftopic = sql($node, q{SELECT notif_enqueue(96, 'fcm_pinned', 'p1', '{"topic": "sports", "notification": {"title": "x"}}')});
+my $fcond = sql($node, q{SELECT notif_enqueue(96, 'fcm_pinned', 'p2', '{"condition": "''news'' in topics", "notification": {"title": "x"}}')});
 $calls_before = push_stats($rig)->{fcm_calls};
-sql(q{UPDATE notif_provider SET fcm_topics = '{news}' WHERE name = 'fcm';
+sql($node, q{UPDATE notif_provider SET fcm_topics = '{news}' WHERE name = 'fcm';
       UPDATE notif_type SET paused = false WHERE code = 'fcm_pinned'});
 ok(wait_until($node, "SELECT count(*) = 2 FROM notif_job WHERE id IN ($ftopic, $fcond) AND status = 'failed'"),
 	'fcm_topics: the jobs of another topic and of a condition failed');
-is(sql("SELECT string_agg(outcome || ' ' || coalesce(http_status::text, '-') || ' ' || last_error, E'\\n' ORDER BY id)
+is(sql($node, "SELECT string_agg(outcome || ' ' || coalesce(http_status::text, '-') || ' ' || last_error, E'\\n' ORDER BY id)
           FROM notif_job WHERE id IN ($ftopic, $fcond)"),
 	qq{rejected - payload refused before the call: not a valid FCM message: "topic" "sports" is not one of its provider's fcm_topics ("news")\n}
 	  . q{rejected - payload refused before the call: not a valid FCM message: "condition" is refused: it can combine any topics, and its provider sends only to tokens and its fcm_topics ("news")},
 	'fcm_topics: rejected with the reason, no HTTP status');
 is(push_stats($rig)->{fcm_calls}, $calls_before, 'fcm_topics: no call was made');
-sql(q{UPDATE notif_provider SET fcm_topics = NULL WHERE name = 'fcm'});
+sql($node, q{UPDATE notif_provider SET fcm_topics = NULL WHERE name = 'fcm'});
 
 # apns needs HTTP/2: pointed at the plain HTTP/1.1 backend, a clear error
 sql($node, "INSERT INTO notif_provider (name, url, format, auth, credentials)
