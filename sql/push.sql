@@ -46,7 +46,7 @@ SELECT try($$UPDATE notif_provider SET credentials = credentials - 'private_key'
 -- as long as reading it).  Decrypting it, OpenSSL would first run PBKDF2
 -- 100,000,000 times (40 s of CPU that no statement_timeout or cancel
 -- interrupts); the same DER under "BEGIN PRIVATE KEY" would be decrypted
--- too, were a passphrase ever given (src/push/token.c, no_passphrase)
+-- too, were a passphrase ever given (src/provider/token.c, no_passphrase)
 SELECT 'MIHuMFkGCSqGSIb3DQEFDTBMMCsGCSqGSIb3DQEFDDAeBAj/uX286IYRBAIEBfXh
 ADAMBggqhkiG9w0CCQUAMB0GCWCGSAFlAwQBKgQQMgt1wJHIo9igOctfzVvm/gSB
 kHBr0xqMAvGROg9TtkcZLh0qP2ZvRnDVjRPKvEemqvnEbx4k/zBf1c0/kCfqfh+V

@@ -12,7 +12,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 #include "launcher/launcher.h"
 
 PG_MODULE_MAGIC;

@@ -21,7 +21,7 @@
 # stopped.  So are prometheus's and prometheus-postgres-exporter's, which
 # are also disabled at boot (below).
 set -euo pipefail
-# libssl-dev: push tokens are signed with OpenSSL (src/push/token.c); nghttp2-proxy
+# libssl-dev: push tokens are signed with OpenSSL (src/provider/token.c); nghttp2-proxy
 # (nghttpx, the HTTP/2 TLS front) and libcryptx-perl (verifying RS256/ES256)
 # for the push tests test/t/020_push.pl and 026; iproute2 (ss: the open
 # connections 026 counts); prometheus (its promtool checks and unit-tests

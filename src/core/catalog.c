@@ -19,7 +19,7 @@
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 
 /*
  * Expand every "%s" of fmt into the quoted name of schema nspid, so that the

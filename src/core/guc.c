@@ -13,7 +13,7 @@
 
 #include "utils/guc.h"
 
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 
 int			notif_max_payload_size = 64 * 1024;
 char	   *notif_database = NULL;

@@ -19,7 +19,7 @@
 #include "storage/shmem.h"
 #include "utils/timestamp.h"
 
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 
 NotifShared *notif_shared = NULL;
 NotifProviderSlot *notif_providers = NULL;

@@ -21,7 +21,7 @@
 #include "utils/builtins.h"
 #include "utils/inval.h"
 
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 
 /* lanes remembered by name; a transaction that enqueues into more wakes every sender */
 #define MAX_PENDING_LANES 8

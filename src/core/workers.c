@@ -21,7 +21,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 
 PG_FUNCTION_INFO_V1(notif_workers);
 PG_FUNCTION_INFO_V1(notif_provider_slots);

@@ -27,10 +27,10 @@
 #include "utils/timestamp.h"
 #include "access/xact.h"
 
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 #include "enqueue/enqueue.h"
 #include "enqueue/fast.h"
-#include "push/push.h"
+#include "provider/push.h"
 
 /* longest order_id, in bytes: it travels in the idempotency key header */
 #define ORDER_ID_MAXLEN 200

@@ -11,7 +11,7 @@
 
 #include "utils/array.h"
 
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 
 typedef struct NotifTypeInfo
 {

@@ -25,9 +25,9 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 #include "enqueue/enqueue.h"
-#include "push/push.h"
+#include "provider/push.h"
 
 #define TYPE_CODE_MAXLEN	NAMEDATALEN * 2
 

@@ -13,7 +13,7 @@
 
 #include "lib/stringinfo.h"
 
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 #include "http/http.h"
 
 #define MAX_ANSWER (16 * 1024)	/* the most of an answer read (write_cb) */

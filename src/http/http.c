@@ -24,7 +24,7 @@
  * it, is http/sockets.c's.
  *
  * Besides the jobs' calls, the loop carries auxiliary transfers (a push
- * provider's token fetch, push/auth.c; a provider's status lookup,
+ * provider's token fetch, provider/auth.c; a provider's status lookup,
  * sender/lookup.c): they end in their on_done callback and do not count as
  * calls in flight.
  *
@@ -40,7 +40,7 @@
 #include "utils/timestamp.h"
 
 #include "core/excerpt.h"
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 #include "http/http.h"
 #include "http/pools.h"
 

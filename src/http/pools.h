@@ -10,7 +10,7 @@
 #define NOTIF_HTTP_POOLS_H
 
 #include "lifecycle/delivery.h"
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 
 typedef struct HttpPool
 {

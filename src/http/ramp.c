@@ -42,7 +42,7 @@
 
 #include "utils/timestamp.h"
 
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 #include "http/http.h"
 #include "http/pools.h"
 

@@ -46,7 +46,7 @@
 
 #include "utils/memutils.h"
 
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 #include "http/http.h"
 
 /* files beyond max_inflight: PostgreSQL's own, libcurl's, the lookups' */

@@ -24,7 +24,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 #include "launcher/launcher.h"
 
 #define CONNECT_BACKOFF_MIN_MS	1000

@@ -42,8 +42,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "core/ha.h"
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 #include "launcher/launcher.h"
 #include "store/job_sql.h"
 

@@ -1,10 +1,10 @@
 /*-------------------------------------------------------------------------
  *
- * delivery.h
+ * lifecycle/delivery.h
  *      What a sender works with: the configuration of its lane's types and
- *      their providers, and one provider call in flight.  Shared by the
- *      sender loop (sender.c), its SQL (job_sql.c), the request builder
- *      (request.c) and the libcurl event loop (http.c).
+ *      their providers, and one provider call in flight.  Shared by every
+ *      layer above lifecycle/: the transport (http/), the wire formats
+ *      (provider/), the SQL (store/) and the sender (sender/).
  *
  *-------------------------------------------------------------------------
  */
@@ -20,7 +20,7 @@
 
 #include "lifecycle/job_state.h"
 
-/* how a provider authenticates: a token the sender signs (push/auth.c) */
+/* how a provider authenticates: a token the sender signs (provider/auth.c) */
 typedef enum NotifAuth
 {
 	AUTH_NONE,
@@ -36,6 +36,10 @@ typedef enum NotifFormat
 	FORMAT_FCM,					/* FCM HTTP v1: {"message": payload} */
 	FORMAT_APNS					/* APNs: POST /3/device/<token> */
 } NotifFormat;
+
+/* as notif_provider spells them (job_names.c) */
+extern NotifFormat notif_format_from_string(const char *s);
+extern NotifAuth notif_auth_from_string(const char *s);
 
 /*
  * A provider's status lookup (notif_provider.lookup_*), asked before an
@@ -72,7 +76,7 @@ typedef struct NotifProviderConf
 	int			max_inflight;
 	double		rate_limit;		/* requests/s, 0 = none */
 	char	   *ref_field;		/* top-level field carrying the key, or NULL */
-	NotifAuth	auth;			/* a token the sender signs (push/auth.c) */
+	NotifAuth	auth;			/* a token the sender signs (provider/auth.c) */
 	Jsonb	   *credentials;	/* for auth; secret */
 	int			max_connections;	/* HTTP/2 connections per lane */
 	char	   *ca_cert;		/* PEM CA certificates, or NULL */
@@ -163,7 +167,7 @@ struct NotifCall
 	char	   *ca_cert;		/* NULL: the system's trust store */
 	char	   *push_token;		/* fcm/apns: the device token, for notif_unregistered */
 	char	   *refused;		/* why the payload cannot be sent (no call) */
-	uint64		auth_generation;	/* of the token it carries (push/auth.c) */
+	uint64		auth_generation;	/* of the token it carries (provider/auth.c) */
 	void		(*on_done) (NotifCall *call);	/* not a job's call (a token fetch) */
 	/*
 	 * How the answer is read, set by the request's builder (push/: an FCM or
@@ -194,7 +198,7 @@ struct NotifCall
 	bool		answer_unread;	/* past MAX_ANSWER: the transfer was ended */
 	StringInfo	answer;			/* the whole body (up to 16 kB), when wanted */
 	long		http_version;	/* CURL_HTTP_VERSION_* the answer came over */
-	/* what push/answer.c read in an FCM or APNs answer */
+	/* what provider/answer.c read in an FCM or APNs answer */
 	char	   *reason;			/* the platform's reason, for last_error */
 	bool		unregistered;	/* the device token is dead */
 	bool		device_busy;	/* a 429 for this device only: no provider pause */

@@ -12,6 +12,7 @@
 
 #include "lib/stringinfo.h"
 
+#include "lifecycle/delivery.h"
 #include "lifecycle/job_state.h"
 
 typedef struct NameOf
@@ -199,4 +200,31 @@ notif_resolution_name(NotifResolution resolution)
 		default:
 			return NULL;
 	}
+}
+
+/* a provider's format and auth, as notif_provider spells them */
+NotifFormat
+notif_format_from_string(const char *s)
+{
+	if (strcmp(s, "form") == 0)
+		return FORMAT_FORM;
+	if (strcmp(s, "query") == 0)
+		return FORMAT_QUERY;
+	if (strcmp(s, "fcm") == 0)
+		return FORMAT_FCM;
+	if (strcmp(s, "apns") == 0)
+		return FORMAT_APNS;
+	return FORMAT_JSON;
+}
+
+NotifAuth
+notif_auth_from_string(const char *s)
+{
+	if (s == NULL)
+		return AUTH_NONE;
+	if (strcmp(s, "google_service_account") == 0)
+		return AUTH_GOOGLE_SERVICE_ACCOUNT;
+	if (strcmp(s, "apns_token") == 0)
+		return AUTH_APNS_TOKEN;
+	return AUTH_NONE;
 }

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * job_state.c
+ * lifecycle/job_state.c
  *      The delivery guarantee in one screen: every transition a job makes
  *      (transitions[]: claim, call result, a lost sender's recovery,
  *      notif_retry, notif_cancel) and how a call's result is classified
@@ -10,8 +10,10 @@
  *      whose expected output (expected/lifecycle.out) is the specification,
  *      and the TAP tests name their rows.
  *
- * When the commit happens is the other half of the guarantee (sender.c):
- * a claim commits before its call leaves the process, so an at_most_once
+ * When the commit happens is the other half of the guarantee (a sender's
+ * round, sender/round.c, committed by sender/commit.c, which waits for a
+ * synchronous standby where one is configured): a claim commits before
+ * its call leaves the process, so an at_most_once
  * job is durably 'sent' before the provider can act, and an at_least_once
  * job becomes 'sent' only in a commit after a 2xx arrived.
  *

@@ -249,7 +249,7 @@ extern NotifOutcome notif_classify(int curl_code, long http_status, bool request
 /*
  * A push platform's answer, by HTTP status and the platform's reason (FCM
  * details[].errorCode, APNs reason): refines notif_classify() for 'fcm' and
- * 'apns' providers (push/answer.c reads the reason).
+ * 'apns' providers (provider/answer.c reads the reason).
  */
 typedef enum NotifAnswerAction
 {

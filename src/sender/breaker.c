@@ -27,7 +27,7 @@
 #include "utils/timestamp.h"
 
 #include "core/excerpt.h"
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 #include "sender/breaker.h"
 #include "sender/throttle.h"
 

@@ -19,9 +19,10 @@
 #include "utils/timestamp.h"
 
 #include "http/http.h"
+#include "provider/lookup.h"
+#include "provider/request.h"
 #include "sender/breaker.h"
 #include "sender/lookup.h"
-#include "sender/request.h"
 #include "sender/sender.h"
 #include "sender/throttle.h"
 #include "store/job_sql.h"
@@ -76,7 +77,7 @@ sender_new_call(NotifTypeConf *type, NotifClaimedJob *job)
 			(same_provider ||
 			 notif_breaker_admit(asked, GetCurrentTimestamp(), &until) == BREAKER_CALLS))
 		{
-			call->lookup_url = sender_lookup_url(asked->lookup, key);
+			call->lookup_url = notif_lookup_url(asked->lookup, key);
 			call->lookup_provider = pstrdup(asked->name);
 		}
 	}

@@ -23,7 +23,7 @@
 #include "utils/timestamp.h"
 
 #include "http/http.h"
-#include "push/push.h"
+#include "provider/push.h"
 #include "sender/breaker.h"
 #include "sender/lookup.h"
 #include "sender/sender.h"
@@ -218,7 +218,7 @@ sender_claim_jobs(void)
 		}
 		if (!notif_push_auth_ready(&type->provider, now, false, &retry_at))
 		{
-			/* no token (push/auth.c): get one if jobs are due; they wait */
+			/* no token (provider/auth.c): get one if jobs are due; they wait */
 			TimestampTz due = notif_sql_next_due(type->code);
 
 			if (due == 0 || due > now ||

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
- * lookup.h
+ * sender/lookup.h
  *      The provider's status lookup asked before an at_least_once retry
- *      (sender/lookup.c).
+ *      (sender/lookup.c; the wire: provider/lookup.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -11,8 +11,6 @@
 
 #include "lifecycle/delivery.h"
 
-extern char *sender_lookup_url(const NotifLookupConf *lookup, const char *key);
-extern NotifLookup sender_lookup_read(const NotifLookupConf *lookup, const NotifCall *look);
 extern bool sender_lookup_start(NotifCall *call, TimestampTz now);
 extern NotifCall *sender_lookup_next_answered(void);
 extern int	sender_lookups_asking(void);

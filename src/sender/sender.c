@@ -34,7 +34,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "core/ha.h"
+#include "sender/commit.h"
 #include "core/pg_compat.h"
 #include "http/http.h"
 #include "sender/lookup.h"

@@ -1,10 +1,11 @@
 /*-------------------------------------------------------------------------
  *
- * sender.h
+ * sender/sender.h
  *      The state of a lane's sender process, in one struct, with the rules
- *      that keep it consistent; shared by the sender's main loop
- *      (sender.c), its round (sender/round.c) and its activity reports
- *      (sender/report.c).
+ *      that keep it consistent, and the calls between the files of sender/:
+ *      its main loop (sender.c), its round (round.c) with its claim
+ *      (claim.c), calls (calls.c), results (results.c) and channel
+ *      fallbacks (fallback.c), and what it shows of itself (activity.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -14,7 +15,7 @@
 #include "lib/ilist.h"
 
 #include "lifecycle/delivery.h"
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 
 /*
  * After an error, the round is tried again in 100 ms, doubling with each
@@ -185,7 +186,7 @@ extern int	sender_finished_results(struct NotifResult **out);
 extern void sender_record(struct NotifResult *results, int n, bool *passed);
 extern void sender_retake_passed(bool force);
 
-/* sender/report.c */
+/* sender/activity.c */
 extern void sender_report_state(TimestampTz now);
 
 #endif							/* NOTIF_SENDER_H */

@@ -30,7 +30,7 @@
 #include "utils/timestamp.h"
 
 #include "lifecycle/delivery.h"
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 #include "sender/throttle.h"
 
 /* the longest pause a Retry-After may impose on a provider */

@@ -11,7 +11,7 @@
 #define NOTIF_THROTTLE_H
 
 #include "lifecycle/delivery.h"
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 
 extern int	notif_throttle_attach(const char *provider, NotifLaneSlot *lane);
 extern void notif_throttle_detach(int handle, NotifLaneSlot *lane);

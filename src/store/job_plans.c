@@ -23,7 +23,7 @@
 #include "store/job_plans.h"
 #include "store/job_sql.h"
 #include "store/spi_values.h"
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 
 static Oid	plans_extension = InvalidOid;	/* prepared at this library's version */
 

@@ -38,7 +38,7 @@
 #include "store/job_plans.h"
 #include "store/job_sql.h"
 #include "store/spi_values.h"
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 
 /*
  * The types of a lane with their providers, a row per route (the type's

@@ -14,9 +14,7 @@
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 
-#include "core/notif_deliver.h"
-#include "push/push.h"
-#include "push/token.h"
+#include "core/shared.h"
 #include "store/job_sql.h"
 #include "store/spi_values.h"
 

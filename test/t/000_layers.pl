@@ -40,10 +40,10 @@ is($rc, 0, 'src/ follows its layers') or diag($out);
 
 # the transport including push: the circle the layers broke
 my $src = copy_of_src();
-edit("$src/http/http.c", '#include "http/pools.h"', "#include \"http/pools.h\"\n#include \"push/push.h\"");
+edit("$src/http/http.c", '#include "http/pools.h"', "#include \"http/pools.h\"\n#include \"provider/push.h\"");
 ($rc, $out) = layers($src);
 is($rc, 1, 'an upward include fails the check');
-like($out, qr{\Q$src/http/http.c: http/ may not include push/push.h (http/ may include: core lifecycle)\E},
+like($out, qr{\Q$src/http/http.c: http/ may not include provider/push.h (http/ may include: core lifecycle)\E},
 	'it names the file, the include and what the folder may include');
 
 $src = copy_of_src();

@@ -80,7 +80,7 @@ like(substr(slurp_file($node->logfile), $log_at), qr/provider "fcm" has an acces
 	'expires_in back to 3600: the recovery logged');
 
 # --- an access_token with a CR LF: refused, never in a header -------------
-# (src/push/auth.c, is_bearer_token: RFC 6750's b64token only)
+# (src/provider/auth.c, is_bearer_token: RFC 6750's b64token only)
 push_control($rig, '/token-suffix/%0D%0AX-Injected:%201');
 $log_at = -s $node->logfile;
 my $before = push_stats($rig);

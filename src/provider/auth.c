@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * push/auth.c
+ * provider/auth.c
  *      The tokens a sender holds for its push providers, refreshed inside
  *      its libcurl event loop: a lane never blocks on them.
  *
@@ -37,10 +37,11 @@
 #include "utils/timestamp.h"
 
 #include "core/excerpt.h"
-#include "core/notif_deliver.h"
+#include "core/shared.h"
 #include "http/http.h"
-#include "push/push.h"
-#include "push/token.h"
+#include "core/json.h"
+#include "provider/push.h"
+#include "provider/token.h"
 
 #define APNS_RESIGN_AFTER_S		(50 * 60)
 #define APNS_RESIGN_MIN_S		(20 * 60)

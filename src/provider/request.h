@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * request.h
- *      A job's call built from its provider's format (sender/request.c):
+ *      A job's call built from its provider's format (provider/request.c):
  *      json, form and query here, FCM and APNs by push/.
  *
  *-------------------------------------------------------------------------

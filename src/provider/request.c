@@ -1,16 +1,16 @@
 /*-------------------------------------------------------------------------
  *
- * request.c
+ * provider/request.c
  *      The provider request builder: turns a job's payload into the URL,
  *      body and headers of one HTTP call, by the provider's format.
  *
  *   json   POST, the payload as a JSON document (application/json)
  *   form   POST, its top-level keys as application/x-www-form-urlencoded
  *   query  GET, its top-level keys as URL query parameters
- *   fcm    FCM HTTP v1 (push/fcm.c)
- *   apns   APNs (push/apns.c)
+ *   fcm    FCM HTTP v1 (provider/fcm.c)
+ *   apns   APNs (provider/apns.c)
  *
- * A payload that an fcm or apns provider cannot take (push/payload.c) is
+ * A payload that an fcm or apns provider cannot take (provider/payload.c) is
  * not sent: call->refused says why, and the job fails without a call.
  *
  * A provider with a ref_field gets the job's key as one more top-level
@@ -29,8 +29,8 @@
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
 
-#include "push/push.h"
-#include "sender/request.h"
+#include "provider/push.h"
+#include "provider/request.h"
 
 /* percent-encode everything but RFC 3986 unreserved characters */
 void

@@ -35,22 +35,10 @@
 #include "utils/json.h"
 #include "utils/jsonb.h"
 
-#include "push/token.h"
+#include "provider/token.h"
 
 PG_FUNCTION_INFO_V1(notif_credentials_check);
 PG_FUNCTION_INFO_V1(notif_jwt_sign);
-
-NotifAuth
-notif_auth_from_string(const char *s)
-{
-	if (s == NULL)
-		return AUTH_NONE;
-	if (strcmp(s, "google_service_account") == 0)
-		return AUTH_GOOGLE_SERVICE_ACCOUNT;
-	if (strcmp(s, "apns_token") == 0)
-		return AUTH_APNS_TOKEN;
-	return AUTH_NONE;
-}
 
 char *
 notif_base64url(const unsigned char *data, size_t len)

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * push/unregistered.c
+ * provider/unregistered.c
  *      The SQL of push: the dead device tokens of a round's finished calls
  *      (FCM 404 UNREGISTERED, APNs 410 Unregistered, 400 BadDeviceToken)
  *      into notif_unregistered_token, which notif_unregistered shows.  Run
@@ -20,8 +20,8 @@
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
-#include "core/notif_deliver.h"
-#include "push/push.h"
+#include "core/shared.h"
+#include "provider/push.h"
 
 static const char *const sql_unregistered =
 "INSERT INTO %s.notif_unregistered_token (job_id, kind, user_id, token, reason, reported_at)"

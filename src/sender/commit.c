@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  *
- * ha.c
- *      What notif_deliver does about standbys and failover (doc/ha.md):
- *      a sender round's commit and the synchronous standby, the launcher's
- *      wait for promotion, and incarnations above every earlier timeline's.
+ * sender/commit.c
+ *      A sender round's commit, which is where the guarantee is kept, and
+ *      the synchronous standby (doc/ha.md); the sender's signal handlers,
+ *      which end a wait for that standby.  (The launcher's wait for a
+ *      promotion and the incarnations of a new timeline: launcher/promotion.c.)
  *
  * A round's commit may wait for the synchronous standby (an at_most_once
  * claim always does: make_claims_durable in sender/round.c).  PostgreSQL
@@ -33,17 +34,7 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
-#include "core/ha.h"
-
-#define PROMOTION_POLL_MS 100
-
-/*
- * Incarnations on timeline T start at T << 52, plus the clock: a timeline's
- * are above every earlier timeline's while the clock (microseconds since
- * 2000) stays below 2^52 (until 2142), for timelines up to 2047.
- */
-#define TIMELINE_SHIFT 52
-#define MAX_TIMELINE_PREFIX 2047
+#include "sender/commit.h"
 
 static volatile sig_atomic_t in_commit = false;
 static volatile sig_atomic_t commit_interrupted = false;
@@ -120,53 +111,4 @@ notif_commit_round(NotifLaneSlot *slot, bool stopping)
 	}
 	PG_END_TRY();
 	return confirmed || !may_wait;
-}
-
-/*
- * The floor of the incarnations on this server's timeline (the launcher
- * raises the next incarnation to it before it starts any sender).
- */
-int64
-notif_incarnation_floor(void)
-{
-	int64		tli = (int64) Min(GetWALInsertionTimeLine(), MAX_TIMELINE_PREFIX);
-
-	return (tli << TIMELINE_SHIFT) + GetCurrentTimestamp();
-}
-
-/*
- * On a standby the launcher waits for the promotion: nothing is sent from
- * a standby, and no sender starts there.  Said once in the log; shown in
- * notif_workers().  Returns false when asked to stop meanwhile.
- */
-bool
-notif_wait_for_promotion(void)
-{
-	if (!RecoveryInProgress())
-		return true;
-	pg_atomic_write_u32(&notif_shared->launcher_state, WORKER_STANDBY);
-	pgstat_report_activity(STATE_IDLE, "waiting for promotion (standby)");
-	ereport(LOG,
-			(errmsg("notif_deliver launcher: this server is a standby; waiting for its promotion"),
-			 errdetail("Senders start when the server is promoted; a standby sends nothing.")));
-	while (RecoveryInProgress())
-	{
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 PROMOTION_POLL_MS, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-		if (ShutdownRequestPending)
-			return false;
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
-	}
-	pg_atomic_write_u32(&notif_shared->launcher_state, WORKER_STARTING);
-	pgstat_report_activity(STATE_IDLE, NULL);
-	ereport(LOG,
-			(errmsg("notif_deliver launcher: the server was promoted (timeline %u); starting the senders",
-					GetWALInsertionTimeLine())));
-	return true;
 }

@@ -53,7 +53,6 @@ typedef struct NotifCredentialsError
 #define NOTIF_FCM_SCOPE "https://www.googleapis.com/auth/firebase.messaging"
 #define NOTIF_JWT_BEARER_GRANT "urn:ietf:params:oauth:grant-type:jwt-bearer"
 
-extern NotifAuth notif_auth_from_string(const char *s);
 extern bool notif_credentials_parse(NotifAuth auth, Jsonb *credentials,
 									NotifCredentials *out, NotifCredentialsError *error);
 extern void notif_credentials_free(NotifCredentials *c);

@@ -1,11 +1,11 @@
 /*-------------------------------------------------------------------------
  *
- * push/fcm.c
+ * provider/fcm.c
  *      The request of an 'fcm' provider (FCM HTTP v1): POST to the
  *      provider's URL (by default .../v1/projects/<project_id>/messages:send)
  *      with the body {"message": <payload>} and, with auth
  *      'google_service_account', the access token the sender holds
- *      (push/auth.c).  The payload was checked (push/payload.c) before.
+ *      (provider/auth.c).  The payload was checked (provider/payload.c) before.
  *
  *-------------------------------------------------------------------------
  */
@@ -14,7 +14,7 @@
 #include "lib/stringinfo.h"
 #include "utils/jsonb.h"
 
-#include "push/push.h"
+#include "provider/push.h"
 
 void
 notif_build_fcm(NotifCall *call, const NotifProviderConf *provider,

@@ -1,12 +1,14 @@
 /*-------------------------------------------------------------------------
  *
- * notif_deliver.h
- *      Declarations shared by the files of the notif_deliver extension.
+ * core/shared.h
+ *      What every process of notif_deliver shares: its limits and schema
+ *      version, its settings (guc.c), and the shared memory of lanes and
+ *      providers with the calls that use it (shmem.c, wake.c).
  *
  *-------------------------------------------------------------------------
  */
-#ifndef NOTIF_DELIVER_H
-#define NOTIF_DELIVER_H
+#ifndef NOTIF_SHARED_H
+#define NOTIF_SHARED_H
 
 #include "postgres.h"
 
@@ -187,4 +189,4 @@ extern void notif_config_changed_at_commit(void);
 extern char *notif_qualified_sql(Oid nspid, const char *fmt);
 extern Oid	notif_extension_schema(Oid extoid, char **version);
 
-#endif							/* NOTIF_DELIVER_H */
+#endif							/* NOTIF_SHARED_H */

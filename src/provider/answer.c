@@ -1,10 +1,10 @@
 /*-------------------------------------------------------------------------
  *
- * push/answer.c
+ * provider/answer.c
  *      What an FCM or APNs answer says, read on a finished call: the
  *      platform's reason (FCM details[].errorCode or error.status, APNs
  *      reason) into last_error, and what job_state.c's answers[] says of
- *      that status and reason: the outcome, a new token (push/auth.c), a
+ *      that status and reason: the outcome, a new token (provider/auth.c), a
  *      dead device token (notif_unregistered).  TAP test 020_push.pl names
  *      each row.  APNs answers over anything but HTTP/2 are not APNs.
  *
@@ -18,7 +18,8 @@
 #include "utils/timestamp.h"
 
 #include "core/excerpt.h"
-#include "push/push.h"
+#include "core/json.h"
+#include "provider/push.h"
 
 /* 2100-01-01 in Unix milliseconds: later APNs timestamps are not believed */
 #define APNS_TIMESTAMP_MAX_MS 4102444800000.0

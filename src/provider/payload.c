@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * push/payload.c
+ * provider/payload.c
  *      What an 'fcm' or 'apns' payload must look like, checked twice: by
  *      notif_enqueue (refused with SQLSTATE 22023, nothing written) and by
  *      the sender before a call (a type moved to such a provider: the job
@@ -28,7 +28,7 @@
 #include "lib/stringinfo.h"
 #include "utils/jsonb.h"
 
-#include "push/push.h"
+#include "provider/push.h"
 
 #define APNS_MAX_BODY 4096
 #define APNS_MAX_TOKEN_LEN 200
@@ -372,16 +372,3 @@ notif_push_check_payload(NotifFormat format, Jsonb *payload, const char *kind,
 						   kind, format == FORMAT_FCM ? "fcm" : "apns")));
 }
 
-NotifFormat
-notif_format_from_string(const char *s)
-{
-	if (strcmp(s, "form") == 0)
-		return FORMAT_FORM;
-	if (strcmp(s, "query") == 0)
-		return FORMAT_QUERY;
-	if (strcmp(s, "fcm") == 0)
-		return FORMAT_FCM;
-	if (strcmp(s, "apns") == 0)
-		return FORMAT_APNS;
-	return FORMAT_JSON;
-}

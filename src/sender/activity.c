@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * sender/report.c
+ * sender/activity.c
  *      What a lane's sender shows of itself: its state in notif_workers()
  *      (shared memory), its activity in pg_stat_activity (at most once a
  *      second while busy), and, once it falls idle, giving back the memory

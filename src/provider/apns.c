@@ -1,12 +1,12 @@
 /*-------------------------------------------------------------------------
  *
- * push/apns.c
+ * provider/apns.c
  *      The request of an 'apns' provider: POST <url>/3/device/<device_token>
  *      with the payload's "headers" members as request headers (apns-topic,
  *      apns-push-type, apns-collapse-id, apns-expiration, ...), the rest of
  *      the payload as the body, and, with auth 'apns_token', the provider
- *      token the sender signed (push/auth.c).  The payload was checked
- *      (push/payload.c) before.
+ *      token the sender signed (provider/auth.c).  The payload was checked
+ *      (provider/payload.c) before.
  *
  *-------------------------------------------------------------------------
  */
@@ -15,7 +15,7 @@
 #include "lib/stringinfo.h"
 #include "utils/jsonb.h"
 
-#include "push/push.h"
+#include "provider/push.h"
 
 void
 notif_build_apns(NotifCall *call, const NotifProviderConf *provider,

@@ -1,10 +1,10 @@
 /*-------------------------------------------------------------------------
  *
- * push/json.c
- *      Reading what a platform's JSON answer holds without ever raising an
+ * core/json.c
+ *      Reading what a provider's JSON answer holds without ever raising an
  *      ERROR, whatever it sent: the document (or NULL), a number within
- *      bounds.  Used on push answers (push/answer.c) and token answers
- *      (push/auth.c).
+ *      bounds.  Used on push answers (provider/answer.c), token answers
+ *      (provider/auth.c) and status lookups' answers (provider/lookup.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -16,7 +16,7 @@
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
 
-#include "push/push.h"
+#include "core/json.h"
 
 /* a JSON document, or NULL when the text is not one */
 Jsonb *

@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * push.h
- *      FCM HTTP v1 and APNs: their payload rules (push/payload.c), their
- *      requests (push/fcm.c, push/apns.c), their tokens (push/auth.c,
- *      signed by token.c) and how their answers are read (push/answer.c).
+ *      FCM HTTP v1 and APNs: their payload rules (provider/payload.c), their
+ *      requests (provider/fcm.c, provider/apns.c), their tokens (provider/auth.c,
+ *      signed by token.c) and how their answers are read (provider/answer.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -12,21 +12,20 @@
 
 #include "lifecycle/delivery.h"
 
-/* push/payload.c */
-extern NotifFormat notif_format_from_string(const char *s);
+/* provider/payload.c */
 extern char *notif_push_payload_error(NotifFormat format, Jsonb *payload,
 									  ArrayType *apns_topics, ArrayType *fcm_topics);
 extern void notif_push_check_payload(NotifFormat format, Jsonb *payload, const char *kind,
 									 ArrayType *apns_topics, ArrayType *fcm_topics);
 extern Jsonb *notif_apns_body(Jsonb *payload);
 
-/* push/fcm.c, push/apns.c: fill call->url, body, headers */
+/* provider/fcm.c, provider/apns.c: fill call->url, body, headers */
 extern void notif_build_fcm(NotifCall *call, const NotifProviderConf *provider,
 							Jsonb *payload, struct curl_slist **h);
 extern void notif_build_apns(NotifCall *call, const NotifProviderConf *provider,
 							 Jsonb *payload, struct curl_slist **h);
 
-/* push/auth.c: the tokens of this process's providers */
+/* provider/auth.c: the tokens of this process's providers */
 extern bool notif_push_auth_ready(const NotifProviderConf *provider, TimestampTz now,
 								  bool jobs_due, TimestampTz *wake_at);
 extern char *notif_push_auth_header(const NotifProviderConf *provider, uint64 *generation);
@@ -37,12 +36,10 @@ extern void notif_push_auth_refused(const char *provider, uint64 generation,
 extern void notif_push_auth_accepted(const char *provider, uint64 generation);
 extern void notif_push_auth_keep_only(const NotifTypeConf *types, int n);
 
-/* push/unregistered.c: list the dead device tokens of the finished calls */
+/* provider/unregistered.c: list the dead device tokens of the finished calls */
 extern void notif_push_record_unregistered(dlist_head *finished);
 
-/* push/answer.c: what an FCM or APNs answer says, on a finished call */
+/* provider/answer.c: what an FCM or APNs answer says, on a finished call */
 extern void notif_push_read_answer(NotifCall *call);
-extern Jsonb *notif_parse_json(const char *text);
-extern bool notif_json_number_in(JsonbValue *v, double lo, double hi, double *out);
 
 #endif							/* NOTIF_PUSH_H */
