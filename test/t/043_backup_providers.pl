@@ -158,4 +158,29 @@ ok(wait_until($node, q{SELECT status = 'sent' FROM notif_job WHERE kind = 'doc_o
 is(last_request($sim_b, 'doc_otp:812:login-7')->{body}, '{"phone": "+84901234567", "message": "Mã OTP của bạn là 482913"}',
 	'is the body the doc shows');
 
+# --- a SIGKILL after the failover decision, the backup's call in flight:
+# nothing lost, nothing sent that the delivery forbids.  gw_x refuses
+# every connection; gw_h holds the first call of each key. ---
+my $sim_h = start_sim('--hold-ms', '120000');
+set_provider($node, 'gw_x', "http://127.0.0.1:" . PostgreSQL::Test::Cluster::get_free_port() . '/send',
+	idempotency_header => q('Idempotency-Key'));
+set_provider($node, 'gw_h', $sim_h->{url}, idempotency_header => q('Idempotency-Key'), timeout => q('60 seconds'),
+	headers => q('{"X-Sim-Fault": "timeout", "X-Sim-Fail-First": "1"}'));
+sql($node, q{INSERT INTO notif_type (code, delivery, max_tries, provider, backup_providers, backoff_min, backoff_max, lane) VALUES
+		('amo_k', 'at_most_once', 3, 'gw_x', '{gw_h}', '100 ms', '200 ms', 'kill'),
+		('alo_k', 'at_least_once', 3, 'gw_x', '{gw_h}', '100 ms', '200 ms', 'kill')});
+my $amo_k = sql($node, q{SELECT notif_enqueue(3, 'amo_k', 'k1', '{"to": "+1", "text": "sale"}')});
+my $alo_k = sql($node, q{SELECT notif_enqueue(3, 'alo_k', 'k1', '{"to": "+1", "text": "code"}')});
+ok(wait_until_ledger($sim_h, sub { ($_[0]{'amo_k:3:k1'}{received} // 0) >= 1 && ($_[0]{'alo_k:3:k1'}{received} // 0) >= 1 }),
+	'both jobs moved on from gw_x (unreached) and their calls to gw_h hang');
+is(calls_of('amo_k', 'k1') . ', ' . calls_of('alo_k', 'k1'), 'gw_x unreached, gw_x unreached',
+	'the decision to move on was committed before the calls to gw_h');
+kill 'KILL', sender_pid($node, 'kill');
+ok(wait_until($node, "SELECT status = 'sent' AND claimed_by IS NULL FROM notif_job WHERE id = $alo_k"),
+	'after the crash, the at_least_once job was sent again');
+is(ledger_key($sim_h, 'alo_k:3:k1'), '2 1 1', 'at_least_once: gw_h got it again, same key and body: nothing lost');
+ok(wait_until($node, "SELECT status || ' ' || outcome FROM notif_job WHERE id = $amo_k", 'sent unknown'),
+	'lost_at_most_once: the at_most_once job is sent, outcome unknown');
+is(ledger_key($sim_h, 'amo_k:3:k1'), '1 0 1', 'at_most_once: gw_h got it once, never again');
+
 done_testing();
