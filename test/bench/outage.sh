@@ -61,7 +61,7 @@
 # OUTAGE_LEAD [20 x BENCH_SCALE, at least 5] s; OUTAGE_TAIL [30 x
 # BENCH_SCALE, at least 15] s; OUTAGE_DRAIN_MAX [120] s; OUTAGE_OTP_RATE
 # [10]/s; OUTAGE_ALERT_RATE [20]/s; OUTAGE_PROMO_RATE [300]/s;
-# OUTAGE_COOLDOWN [5] s; OUTAGE_TIMEOUT [2] s (both providers' timeout);
+# OUTAGE_COOLDOWN [5] s; OUTAGE_TIMEOUT [1] s (both providers' timeout);
 # OUTAGE_CASES ["refused brownout http503"]; OUTAGE_CONFIGS ["backup
 # today"]; BENCH_PORT, BENCH_SIM_PORT (+1), BENCH_OUT (see
 # test/bench/lib/common.sh).  Needs the extension installed and the simulator
@@ -81,7 +81,7 @@ OTP_RATE=${OUTAGE_OTP_RATE:-10}
 ALERT_RATE=${OUTAGE_ALERT_RATE:-20}
 PROMO_RATE=${OUTAGE_PROMO_RATE:-300}
 COOLDOWN=${OUTAGE_COOLDOWN:-5}
-TIMEOUT=${OUTAGE_TIMEOUT:-2}
+TIMEOUT=${OUTAGE_TIMEOUT:-1}
 CASES=${OUTAGE_CASES:-refused brownout http503}
 CONFIGS=${OUTAGE_CONFIGS:-backup today}
 HOLD_MS=10000
