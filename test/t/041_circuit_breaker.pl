@@ -137,21 +137,28 @@ like(health('gw'), qr/^closed 0 [1-9]\d* HTTP 5\d\d$/, 'closed: no failure in a 
 # --- a probe that never reached the provider gives its try back (alo_probe_unreached) ---
 # Down for longer than max_tries cooldowns: without it, the probes would
 # spend the OTP's tries, one per cooldown, and fail it while it waits.
-set_provider($node, 'flaky', $closed, breaker_threshold => 1, breaker_cooldown => q('1 s'),
-	idempotency_header => q('Idempotency-Key'),
-	connect_timeout => q('500 ms'));
+for my $name ('flaky', 'flaky_p')
+{
+	set_provider($node, $name, $closed, breaker_threshold => 1, breaker_cooldown => q('1 s'),
+		idempotency_header => q('Idempotency-Key'), connect_timeout => q('500 ms'));
+}
 $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, deadline, provider, backoff_min, backoff_max) VALUES
-		('otp_probe', 'at_least_once', 2, '1 minute', 'flaky', '100 ms', '100 ms')});
+		('otp_probe', 'at_least_once', 2, '1 minute', 'flaky', '100 ms', '100 ms'),
+		('promo_probe', 'at_most_once', 2, NULL, 'flaky_p', '100 ms', '100 ms')});
 my $otp = $node->safe_psql('postgres', q{SELECT notif_enqueue(7, 'otp_probe', 'p7', '{"text": "code"}')});
-ok(wait_until($node, q{SELECT consecutive_failures >= 3 FROM notif_provider_health WHERE name = 'flaky'}),
-	'its first call opened the breaker; two probes since met it down');
+my $promo = $node->safe_psql('postgres', q{SELECT notif_enqueue(7, 'promo_probe', 'p7', '{"text": "sale"}')});
+ok(wait_until($node, q{SELECT bool_and(consecutive_failures >= 3) FROM notif_provider_health WHERE name IN ('flaky', 'flaky_p')}),
+	'each job\'s first call opened its provider\'s breaker; two probes since met it down');
 # between two probes (a probe holds it for a moment)
 ok(wait_until($node,
 		qq{SELECT status || ' ' || tries || ' ' || outcome || ' ' || (SELECT count(*) FROM notif_attempt WHERE job_id = $otp)
 		     FROM notif_job WHERE id = $otp}, 'queued 1 unreached 1'),
 	'alo_probe_unreached: the OTP still waits with the one try its first call spent; no attempt row per probe');
-$node->safe_psql('postgres', qq{UPDATE notif_provider SET url = '$sim->{url}' WHERE name = 'flaky'});
+ok(wait_until($node,
+		qq{SELECT status || ' ' || tries || ' ' || outcome FROM notif_job WHERE id = $promo}, 'queued 1 unreached'),
+	'amo_probe_unreached: so does the promotion, its one try kept');
+$node->safe_psql('postgres', qq{UPDATE notif_provider SET url = '$sim->{url}' WHERE name IN ('flaky', 'flaky_p')});
 ok(wait_until($node, qq{SELECT status = 'sent' FROM notif_job WHERE id = $otp}),
 	'the provider is back: the next probe delivers the OTP');
 is($node->safe_psql('postgres',
@@ -159,6 +166,8 @@ is($node->safe_psql('postgres',
 	  . ' ' . $node->safe_psql('postgres', qq{SELECT tries FROM notif_job WHERE id = $otp}),
 	'1:unreached 2:accepted 2', 'its calls: the first, unreached, and the probe that was answered, its second try');
 is(ledger($sim)->{'otp_probe:7:p7'}{delivered}, 1, 'delivered once');
+ok(wait_until($node, qq{SELECT status || ' ' || outcome || ' ' || tries FROM notif_job WHERE id = $promo}, 'sent accepted 2'),
+	'the promotion too, at its second try');
 is(health('flaky') =~ s/ .*//r, 'closed', 'the answered probe closed the breaker');
 
 done_testing();
