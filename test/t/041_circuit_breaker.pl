@@ -20,13 +20,15 @@ my $status = $sim->{url} =~ s{/send$}{/status/{key}}r;
 # a port nobody listens on: every connection is refused
 my $closed = 'http://127.0.0.1:' . PostgreSQL::Test::Cluster::get_free_port() . '/send';
 
-sub health
+sub health_of
 {
-	my ($name) = @_;
-	return $node->safe_psql('postgres',
+	my ($n, $name) = @_;
+	return $n->safe_psql('postgres',
 		"SELECT state || ' ' || consecutive_failures || ' ' || refused_calls || ' ' || coalesce(last_error, '-')"
 		  . " FROM notif_provider_health WHERE name = '$name'");
 }
+
+sub health { return health_of($node, $_[0]); }
 
 # --- the settings are checked ---
 my ($rc, $out, $err) = $node->psql('postgres',
@@ -169,5 +171,36 @@ is(ledger($sim)->{'otp_probe:7:p7'}{delivered}, 1, 'delivered once');
 ok(wait_until($node, qq{SELECT status || ' ' || outcome || ' ' || tries FROM notif_job WHERE id = $promo}, 'sent accepted 2'),
 	'the promotion too, at its second try');
 is(health('flaky') =~ s/ .*//r, 'closed', 'the answered probe closed the breaker');
+
+# --- an at_most_once call claimed before the breaker opened is put back
+# without a try (amo_breaker_open).  Its claim's commit waits for a
+# synchronous standby (an at_most_once claim always does; the server's
+# synchronous_commit is local, so nothing else waits) that is named but
+# absent; meanwhile another lane's two calls answered 503 open the
+# breaker; then the standby is no longer required, the wait ends and the
+# claimed call meets the open breaker. ---
+my $sync = new_node('breaker_sync', synchronous_commit => 'local', max_wal_senders => '2', wal_level => 'replica',
+	synchronous_standby_names => q('nobody'));
+my $sim_s = start_sim();
+set_provider($sync, 'gw_s', $sim_s->{url}, breaker_threshold => 2, breaker_cooldown => q('1 hour'),
+	idempotency_header => q('Idempotency-Key'), headers => q('{"X-Sim-Fault": "503"}'));
+$sync->safe_psql('postgres', q{
+	INSERT INTO notif_type (code, delivery, max_tries, provider, lane, backoff_min, backoff_max) VALUES
+		('promo_s', 'at_most_once', 3, 'gw_s', 'promos', '100 ms', '200 ms'),
+		('alert_s', 'at_least_once', 5, 'gw_s', 'alerts', '10 s', '10 s')});
+my $held = $sync->safe_psql('postgres', q{SELECT notif_enqueue(1, 'promo_s', 's1', '{"text": "sale"}')});
+ok($sync->poll_query_until('postgres',
+		q{SELECT state = 'waiting for synchronous replication' FROM notif_workers() WHERE lane = 'promos'}),
+	'the promotion\'s claim waits for the synchronous standby; its call has not started');
+$sync->safe_psql('postgres', q{SELECT notif_enqueue(g, 'alert_s', 'a' || g, '{"text": "paid"}') FROM generate_series(1, 2) g});
+ok($sync->poll_query_until('postgres', q{SELECT state = 'open' FROM notif_provider_health WHERE name = 'gw_s'}),
+	'two alerts answered 503: the breaker opened');
+$sync->safe_psql('postgres', q{ALTER SYSTEM SET synchronous_standby_names = ''; SELECT pg_reload_conf()});
+ok($sync->poll_query_until('postgres',
+		qq{SELECT status || ' ' || tries || ' ' || coalesce(outcome, '-') || ' ' || last_error FROM notif_job WHERE id = $held},
+		'queued 0 - the provider\'s circuit breaker is open: not called'),
+	'amo_breaker_open: the claimed promotion went back to the queue, its try given back, not called');
+is(ledger_key($sim_s, 'promo_s:1:s1'), '0 0 0', 'the provider never got it');
+like(health_of($sync, 'gw_s'), qr/^open 2 [1-9]\d* HTTP 503$/, 'the refused call is counted in refused_calls');
 
 done_testing();
