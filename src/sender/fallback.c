@@ -124,11 +124,14 @@ given_up(int64 id, ErrorData *error)
 {
 	if (error->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
 		return false;
+	/*
+	 * Not the error's DETAIL: a constraint's "Failing row contains (...)"
+	 * would put the fallback's payload (an OTP, a phone number) in the log.
+	 */
 	ereport(WARNING,
 			(errcode(error->sqlerrcode),
 			 errmsg("notif_deliver sender of lane \"%s\": the channel fallback of job %lld was not written: %s",
 					sender.lane, (long long) id, error->message),
-			 error->detail ? errdetail_internal("%s", error->detail) : 0,
 			 errhint("Enqueue it with notif_enqueue() if it is still wanted.")));
 	return true;
 }
