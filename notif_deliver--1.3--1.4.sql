@@ -138,6 +138,12 @@ ALTER TABLE notif_attempt ADD COLUMN provider text;
 COMMENT ON COLUMN notif_job.provider IS 'the provider that took its last call; NULL: none yet (or before 1.4)';
 COMMENT ON COLUMN notif_attempt.provider IS 'the provider that took the call; NULL: before 1.4';
 
+-- while a sender holds a job: the provider its call goes to, written by the
+-- claim, so that a call cut off by its sender's end is recorded with it
+ALTER TABLE notif_job ADD COLUMN claimed_provider text;
+
+COMMENT ON COLUMN notif_job.claimed_provider IS 'while a sender holds the job: the provider its call goes to; NULL otherwise';
+
 CREATE OR REPLACE VIEW notif_calls AS
 SELECT a.job_id, a.try, a.started_at, a.ended_at, a.outcome, a.http_status, a.error, a.provider
   FROM notif_attempt a

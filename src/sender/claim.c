@@ -149,7 +149,7 @@ expire_while_open(NotifTypeConf *type, TimestampTz now, Snapshot snapshot, Times
 	again = TimestampTzPlusMilliseconds(type->expired_at, EXPIRE_WHILE_OPEN_MS);
 	if (type->expired_at == 0 || again <= now)
 	{
-		n = notif_sql_claim(type->code, type->delivery, notif_batch_size, true, NULL,
+		n = notif_sql_claim(type->code, type->delivery, notif_batch_size, true, NULL, NULL,
 							sender.incarnation, snapshot, sender.round_cxt, &jobs);
 		sender_fallbacks_of_late(jobs, n);
 		type->expired_at = now;
@@ -287,8 +287,8 @@ sender_claim_jobs(void)
 		sender.grant_slot = type->provider.throttle;
 		sender.grant_left = granted;
 		n = notif_sql_claim(type->code, type->delivery, granted, false,
-							type->n_routes > 1 ? &claim_route : NULL, sender.incarnation,
-							snapshot, sender.round_cxt, &jobs);
+							type->n_routes > 1 ? &claim_route : NULL, type->provider.name,
+							sender.incarnation, snapshot, sender.round_cxt, &jobs);
 		sender_fallbacks_of_late(jobs, n);
 
 		for (j = 0; j < n; j++)

@@ -109,6 +109,7 @@ sender_recover_orphans(void)
 		make_result(&results[k++], EVENT_SENDER_LOST, &o->job, OUTCOME_UNKNOWN, 0, NULL,
 					o->claimed_at ? o->claimed_at : now, now, 0, now,
 					in_list(o->job.id, reported, n_reported));
+		results[k - 1].provider = o->provider;	/* the call's, cut off */
 	}
 	if (k == 0)
 		return;

@@ -125,15 +125,19 @@ notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeConf **out)
 	return notif_lane_types_from_rows(cxt, out);	/* lane_config.c */
 }
 
+/*
+ * Claim a type's due jobs for calls to provider (NULL with late_only: no
+ * call; sql_claim says the rest).
+ */
 int
 notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, bool late_only,
-				const NotifClaimRoute *route, int64 incarnation, Snapshot snapshot,
-				MemoryContext cxt, NotifClaimedJob **out)
+				const NotifClaimRoute *route, const char *provider, int64 incarnation,
+				Snapshot snapshot, MemoryContext cxt, NotifClaimedJob **out)
 {
 	const NotifTransitionRow *claimed = notif_claim_row(delivery, false);
 	const NotifTransitionRow *late = notif_claim_row(delivery, true);
 	const NotifTransitionRow *late_dedup = notif_claim_late_dedup_row(delivery);
-	Datum		values[15] = {CStringGetTextDatum(kind), Int32GetDatum(limit),
+	Datum		values[16] = {CStringGetTextDatum(kind), Int32GetDatum(limit),
 		Int64GetDatum(incarnation),
 		CStringGetTextDatum(notif_status_name((NotifStatus) claimed->to)),
 		Int32GetDatum(claimed->tries == TRIES_COUNTED ? 1 : 0),
@@ -141,11 +145,13 @@ notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, bool late_o
 		CStringGetTextDatum(late->note),
 		CStringGetTextDatum(notif_status_name((NotifStatus) late_dedup->to)),
 	CStringGetTextDatum(late_dedup->note), BoolGetDatum(late_only)};
-	char		nulls[15];
+	char		nulls[16];
 	int			i;
 
 	memset(nulls, ' ', 10);
 	memset(nulls + 10, 'n', 5); /* no routes: NULL */
+	nulls[15] = provider ? ' ' : 'n';
+	values[15] = provider ? CStringGetTextDatum(provider) : (Datum) 0;
 
 	Assert(claimed->holds && !late->holds && late->tries == TRIES_KEPT);
 	Assert(!late_dedup->holds && late_dedup->tries == TRIES_KEPT);

@@ -80,6 +80,7 @@ notif_orphans_from_rows(MemoryContext cxt, NotifOrphanJob **out)
 		j->job.earlier_tries = spi_col_int(i, 11);
 		j->job.policy.resolve_wait_ms = spi_col_int(i, 12);
 		j->job.policy.call_timeout_ms = spi_col_int(i, 13);
+		j->provider = spi_col_text(i, 14, cxt);
 	}
 	*out = jobs;
 	return (int) SPI_processed;

@@ -94,8 +94,9 @@ static const char *const sql_lane_types =
  * only the late jobs are locked and written (their provider's breaker is
  * open: the others wait; their work rows, in the unlogged notif_active,
  * are locked only).  A late job is not held and has no call; a claimed
- * one is held by the sender ($3).  sent_at is set when a status
- * becomes 'sent'.
+ * one is held by the sender ($3), for a call to provider $16 (which a
+ * recovery records when the sender's end cuts the call off).  sent_at is
+ * set when a status becomes 'sent'.
  * The due jobs come from notif_active: "work" takes its first $2 due rows
  * of the type whose job is queued, in next_at order, locking them and
  * skipping any another transaction holds (another sender's claim); "due"
@@ -150,7 +151,8 @@ static const char *const sql_claim =
 "           tries = j.tries + $5,"
 "           sent_at = CASE WHEN $4 = 'sent' THEN now() ELSE j.sent_at END,"
 "           claimed_by = $3,"
-"           claimed_at = now()"
+"           claimed_at = now(),"
+"           claimed_provider = $16"
 "     WHERE j.id = ANY (ARRAY (SELECT d.id FROM due d WHERE NOT d.late AND NOT $10))"
 "    RETURNING j.id, j.user_id, j.order_id, j.payload, false AS late, j.tries, j.deadline_at,"
 "              j.earlier_tries, j.created_at, (j.resolved_by = 'dedup_window') IS TRUE,"
@@ -160,7 +162,7 @@ static const char *const sql_claim =
 "       SET status = CASE WHEN j.resolved_by = 'dedup_window' THEN $8 ELSE $6 END,"
 "           last_error = CASE WHEN j.resolved_by = 'dedup_window' THEN $9 ELSE $7 END,"
 "           resolved_by = CASE WHEN j.resolved_by = 'dedup_window' THEN NULL ELSE j.resolved_by END,"
-"           claimed_by = NULL, claimed_at = NULL"
+"           claimed_by = NULL, claimed_at = NULL, claimed_provider = NULL"
 "     WHERE j.id = ANY (ARRAY (SELECT d.id FROM due d WHERE d.late))"
 "    RETURNING j.id, j.user_id, j.order_id, j.payload, true AS late, j.tries, j.deadline_at,"
 "              j.earlier_tries, j.created_at, (j.resolved_by = 'dedup_window') IS TRUE,"
@@ -213,6 +215,7 @@ static const char *const sql_record =
 "           tries = j.tries + r.tries_delta,"
 "           claimed_by = NULL,"
 "           claimed_at = NULL,"
+"           claimed_provider = NULL,"
 "           last_started_at = CASE WHEN r.outcome IS NULL THEN j.last_started_at ELSE r.started_at END,"
 "           last_ended_at = CASE WHEN r.outcome IS NULL THEN j.last_ended_at ELSE r.ended_at END,"
 "           provider = CASE WHEN r.outcome IS NULL THEN j.provider ELSE coalesce(r.provider, j.provider) END,"
@@ -313,7 +316,8 @@ static const char *const sql_orphans =
 "       (extract(epoch FROM t.backoff_max) * 1000)::int8,"
 "       j.earlier_tries,"
 "       (extract(epoch FROM t.resolve_wait) * 1000)::int8,"
-"       greatest(1, ceil(extract(epoch FROM p.timeout) * 1000))::int8"
+"       greatest(1, ceil(extract(epoch FROM p.timeout) * 1000))::int8,"
+"       j.claimed_provider"
 "  FROM %s.notif_active a"
 "  JOIN %s.notif_job j ON j.id = a.job_id"
 "  JOIN %s.notif_type t ON t.code = j.kind"
@@ -430,9 +434,9 @@ static const char *const sql_fallback =
 
 PlanDef		notif_plans[N_PLANS] = {
 	[PLAN_LANE_TYPES] = {&sql_lane_types, NULL, 1, {TEXTOID}},
-	[PLAN_CLAIM] = {&sql_claim, NULL, 15,
+	[PLAN_CLAIM] = {&sql_claim, NULL, 16,
 		{TEXTOID, INT4OID, INT8OID, TEXTOID, INT4OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, BOOLOID,
-		TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, INT4OID, INT4OID},
+		TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, INT4OID, INT4OID, TEXTOID},
 	true},
 	[PLAN_RECORD] = {NULL, record_sql, N_RECORD_COLUMNS, {0}, true},	/* record_columns */
 	[PLAN_RECORD_PASSING] = {NULL, record_passing_sql, N_RECORD_COLUMNS, {0}, true},

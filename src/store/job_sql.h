@@ -52,6 +52,7 @@ typedef struct NotifOrphanJob
 	char	   *kind;
 	NotifStatus status;			/* as its claim left it */
 	TimestampTz claimed_at;
+	char	   *provider;		/* its call's (NULL: claimed before 1.4) */
 } NotifOrphanJob;
 
 /* what to write about one finished (or abandoned) call */
@@ -124,7 +125,7 @@ extern int	notif_sql_lane_types(const char *lane, MemoryContext cxt, NotifTypeCo
 
 extern int	notif_sql_claim(const char *kind, NotifDelivery delivery, int limit,
 							bool late_only, const NotifClaimRoute *route,
-							int64 incarnation, Snapshot snapshot,
+							const char *provider, int64 incarnation, Snapshot snapshot,
 							MemoryContext cxt, NotifClaimedJob **out);
 extern void notif_sql_record(NotifResult *results, int n, bool *passed);
 extern int	notif_sql_orphans(const int64 *live, int n_live,

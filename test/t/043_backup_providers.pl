@@ -168,7 +168,7 @@ set_provider($node, 'gw_h', $sim_h->{url}, idempotency_header => q('Idempotency-
 	headers => q('{"X-Sim-Fault": "timeout", "X-Sim-Fail-First": "1"}'));
 sql($node, q{INSERT INTO notif_type (code, delivery, max_tries, provider, backup_providers, backoff_min, backoff_max, lane) VALUES
 		('amo_k', 'at_most_once', 3, 'gw_x', '{gw_h}', '100 ms', '200 ms', 'kill'),
-		('alo_k', 'at_least_once', 3, 'gw_x', '{gw_h}', '100 ms', '200 ms', 'kill')});
+		('alo_k', 'at_least_once', 4, 'gw_x', '{gw_h}', '100 ms', '200 ms', 'kill')});
 my $amo_k = sql($node, q{SELECT notif_enqueue(3, 'amo_k', 'k1', '{"to": "+1", "text": "sale"}')});
 my $alo_k = sql($node, q{SELECT notif_enqueue(3, 'alo_k', 'k1', '{"to": "+1", "text": "code"}')});
 ok(wait_until_ledger($sim_h, sub { ($_[0]{'amo_k:3:k1'}{received} // 0) >= 1 && ($_[0]{'alo_k:3:k1'}{received} // 0) >= 1 }),
@@ -182,5 +182,10 @@ is(ledger_key($sim_h, 'alo_k:3:k1'), '2 1 1', 'at_least_once: gw_h got it again,
 ok(wait_until($node, "SELECT status || ' ' || outcome FROM notif_job WHERE id = $amo_k", 'sent unknown'),
 	'lost_at_most_once: the at_most_once job is sent, outcome unknown');
 is(ledger_key($sim_h, 'amo_k:3:k1'), '1 0 1', 'at_most_once: gw_h got it once, never again');
+# the cut-off call is gw_h's: the at_least_once retry moves on from it, to
+# the next route (gw_x, refused again), then gw_h
+is(calls_of('amo_k', 'k1') . '; ' . calls_of('alo_k', 'k1'),
+	'gw_x unreached, gw_h unknown; gw_x unreached, gw_h unknown, gw_x unreached, gw_h accepted',
+	'each call the crash cut off is recorded with the provider it went to (notif_job.claimed_provider)');
 
 done_testing();
