@@ -456,6 +456,13 @@ notif_call_may_start(NotifDelivery delivery, TimestampTz deadline_at, const Noti
 	return true;
 }
 
+/* due at "at", but no later than the deadline (0: none), when its claim expires it */
+static TimestampTz
+due_by_deadline(TimestampTz at, TimestampTz deadline_at)
+{
+	return (deadline_at != 0 && at > deadline_at) ? deadline_at : at;
+}
+
 /*
  * What a job becomes after its call ended (EVENT_CALL_ENDED) or its sender
  * was lost during it (EVENT_SENDER_LOST): the row that applies, when the
@@ -520,9 +527,8 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 		 * what is left of its cooldown), no backoff; no later than the
 		 * deadline, when its claim expires it.
 		 */
-		t.next_at = TimestampTzPlusMilliseconds(now, Max(retry_after_ms, 0));
-		if (deadline_at != 0 && t.next_at > deadline_at)
-			t.next_at = deadline_at;
+		t.next_at = due_by_deadline(TimestampTzPlusMilliseconds(now, Max(retry_after_ms, 0)),
+									deadline_at);
 		t.no_call = true;
 		t.keeps_outcome = true;
 		t.resolution = RESOLUTION_KEPT;
@@ -535,9 +541,9 @@ notif_after_call(NotifEvent event, NotifDelivery delivery, NotifOutcome outcome,
 		 * left of its cooldown), or at once on the next provider; no later
 		 * than the deadline.
 		 */
-		t.next_at = facts.next_route ? now : TimestampTzPlusMilliseconds(now, Max(retry_after_ms, 0));
-		if (deadline_at != 0 && t.next_at > deadline_at)
-			t.next_at = deadline_at;
+		t.next_at = due_by_deadline(facts.next_route ? now :
+									TimestampTzPlusMilliseconds(now, Max(retry_after_ms, 0)),
+									deadline_at);
 		/* its try number is the next call's: the job row alone shows it */
 		t.no_call = true;
 	}
