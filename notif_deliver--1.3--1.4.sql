@@ -437,3 +437,232 @@ ALTER TABLE notif_provider
                    AND array_position(fcm_topics, '') IS NULL));
 
 COMMENT ON COLUMN notif_provider.fcm_topics IS 'fcm: the topics a payload may name beside a token (a condition is refused, ''{}'' is tokens only); NULL: a token, any topic or any condition';
+
+/* ---------------------------------------------------------------------
+ * outcomes (issue 46): each job's end told to the application
+ *
+ * A type with emit_outcomes tells, in the transaction that writes it,
+ * each final status of its jobs (sent, failed, expired, and cancelled: a
+ * job failed by notif_cancel) and each channel fallback enqueued for one
+ * of them: a transactional logical message (prefix 'notif_deliver', a
+ * JSON object) that a logical-decoding consumer (pg_recvlogical,
+ * Debezium, wal2json, pgoutput with messages) reads when, and only if, the
+ * status commits; and a NOTIFY on the channel notif_outcome
+ * ({"id": ..., "status": ...}) for an application that only needs a
+ * wake-up.  The senders call notif_outcomes_emit() with the jobs their
+ * statement ended (only when some type emits: nothing is run otherwise),
+ * and so do notif_cancel and notif_dlr.  Docs: doc/reference.md,
+ * "Outcomes".
+ * --------------------------------------------------------------------- */
+
+ALTER TABLE notif_type
+    ADD COLUMN emit_outcomes boolean NOT NULL DEFAULT false;
+
+COMMENT ON COLUMN notif_type.emit_outcomes IS 'each final status of its jobs (and each fallback enqueued for one) is emitted at commit: a logical message with prefix ''notif_deliver'' and a NOTIFY on notif_outcome';
+
+/*
+ * notif_outcomes_emit(ended, fell_back): the messages of the jobs ended
+ * (their final status just written by the caller, no longer held), and
+ * of the jobs fell_back whose fallback job was just written, of the types
+ * with emit_outcomes; returns how many.  The NOTIFY is left out while
+ * the notification queue is half full or more.  The job rows are read as the
+ * caller's transaction left them.  Internal: the senders, notif_cancel
+ * and notif_dlr call it, each once for the rows it wrote.
+ */
+CREATE FUNCTION notif_outcomes_emit(ended bigint[], fell_back bigint[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n bigint;
+    -- a wake-up, not a record: never let a listener that does not read
+    -- (its queue full, every commit that notifies fails) stall delivery
+    wake boolean := pg_notification_queue_usage() OPERATOR(pg_catalog.<) 0.5;
+BEGIN
+    WITH m AS (
+        SELECT j.id, j.kind, j.user_id, j.order_id,
+               CASE WHEN j.status OPERATOR(pg_catalog.=) 'failed'
+                         AND j.last_error OPERATOR(pg_catalog.=) 'cancelled'
+                    THEN 'cancelled' ELSE j.status END AS status,
+               j.outcome, j.resolved_by, j.provider,
+               j.earlier_tries OPERATOR(pg_catalog.+) j.tries AS tries,
+               j.http_status, j.last_error AS error, j.sent_at, j.fallback_of,
+               NULL::bigint AS fallback_id, NULL::text AS fallback_kind,
+               NULL::timestamptz AS fallback_due_at
+          FROM @extschema@.notif_job j
+          JOIN @extschema@.notif_type t ON t.code OPERATOR(pg_catalog.=) j.kind
+         WHERE j.id OPERATOR(pg_catalog.=) ANY (ended)
+           AND t.emit_outcomes
+           AND j.status OPERATOR(pg_catalog.=) ANY ('{sent,failed,expired}'::text[])
+           AND j.claimed_by IS NULL
+        UNION ALL
+        SELECT j.id, j.kind, j.user_id, j.order_id, 'fallback',
+               j.outcome, j.resolved_by, j.provider,
+               j.earlier_tries OPERATOR(pg_catalog.+) j.tries,
+               j.http_status, j.last_error, j.sent_at, j.fallback_of,
+               f.id, f.kind, f.next_at
+          FROM @extschema@.notif_job j
+          JOIN @extschema@.notif_type t ON t.code OPERATOR(pg_catalog.=) j.kind
+          JOIN @extschema@.notif_job f
+            ON f.user_id OPERATOR(pg_catalog.=) j.user_id
+           AND f.kind OPERATOR(pg_catalog.=) t.fallback_type
+           AND f.order_id OPERATOR(pg_catalog.=) j.order_id
+         WHERE j.id OPERATOR(pg_catalog.=) ANY (fell_back)
+           AND t.emit_outcomes
+           AND f.fallback_of OPERATOR(pg_catalog.=) j.id
+    ),
+    sent AS (
+        SELECT pg_logical_emit_message(true, 'notif_deliver',
+                   json_build_object('id', m.id, 'kind', m.kind, 'user_id', m.user_id,
+                                     'order_id', m.order_id, 'status', m.status,
+                                     'outcome', m.outcome, 'resolved_by', m.resolved_by,
+                                     'provider', m.provider, 'tries', m.tries,
+                                     'http_status', m.http_status, 'error', m.error,
+                                     'sent_at', m.sent_at, 'fallback_of', m.fallback_of,
+                                     'fallback_id', m.fallback_id,
+                                     'fallback_kind', m.fallback_kind,
+                                     'fallback_due_at', m.fallback_due_at)::text) AS lsn,
+               CASE WHEN wake THEN pg_notify('notif_outcome',
+                         json_build_object('id', m.id, 'status', m.status)::text) END AS woken
+          FROM m
+         ORDER BY m.id, m.status OPERATOR(pg_catalog.=) 'fallback'
+    )
+    SELECT count(*) INTO n FROM sent;
+    RETURN n;
+END;
+$$;
+
+COMMENT ON FUNCTION notif_outcomes_emit(bigint[], bigint[]) IS 'internal: emit the outcome messages (logical message and NOTIFY notif_outcome) of jobs just ended and of jobs whose fallback was just enqueued';
+
+REVOKE ALL ON FUNCTION notif_outcomes_emit(bigint[], bigint[]) FROM PUBLIC;
+
+-- notif_cancel (1.3), its cancelled job told
+CREATE OR REPLACE FUNCTION notif_cancel(job_id bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d record;
+BEGIN
+    IF job_id IS NULL THEN
+        RAISE EXCEPTION 'notif_cancel: job_id must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+
+    SELECT * INTO d FROM @extschema@.notif_decide('notif_cancel', job_id, 'cancel', false);
+    IF d.to_status IS NULL THEN
+        RAISE EXCEPTION 'notif_cancel: job % is %, %', job_id, d.status, d.note
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    UPDATE @extschema@.notif_job n
+       SET status = d.to_status, last_error = d.note, next_at = now()
+     WHERE n.id OPERATOR(pg_catalog.=) notif_cancel.job_id;
+    DELETE FROM @extschema@.notif_active a
+     WHERE a.job_id OPERATOR(pg_catalog.=) notif_cancel.job_id;
+    PERFORM @extschema@.notif_outcomes_emit(ARRAY[job_id]);
+END;
+$$;
+
+/*
+ * notif_dlr (1.4 above), its status changes told: a delivered report that
+ * ends a job waiting after an ambiguous call (queued, outcome unknown)
+ * emits its 'sent' (resolved_by 'report'), and the fallback it cancels
+ * its 'cancelled' (if the fallback's type emits).  A report that changes
+ * no status (nearly all: the job was sent) emits nothing.
+ */
+CREATE OR REPLACE FUNCTION notif_dlr(key text, delivered boolean, reported_at timestamptz, provider text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    parts text[];
+    job bigint;
+    job_provider text;
+    waiting boolean;
+    d record;
+    fb bigint;
+BEGIN
+    IF key IS NULL OR delivered IS NULL THEN
+        RAISE EXCEPTION 'notif_dlr: key and delivered must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+
+    -- key = kind:user_id:order_id (the kind has no ':'; the order_id may)
+    parts := regexp_match(key, '^([^:]+):(-?[0-9]{1,19}):(.+)$');
+    IF parts IS NOT NULL
+       AND parts[2]::numeric BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
+        SELECT j.id, j.provider,
+               j.status OPERATOR(pg_catalog.=) 'queued' AND j.outcome OPERATOR(pg_catalog.=) 'unknown'
+          INTO job, job_provider, waiting
+          FROM @extschema@.notif_job j
+         WHERE j.user_id OPERATOR(pg_catalog.=) parts[2]::bigint
+           AND j.kind OPERATOR(pg_catalog.=) parts[1]
+           AND j.order_id OPERATOR(pg_catalog.=) parts[3];
+        -- a report that names its provider: only a job whose last call went there
+        IF provider IS NOT NULL AND job_provider IS DISTINCT FROM provider THEN
+            job := NULL;
+            waiting := false;
+        END IF;
+    END IF;
+
+    IF job IS NULL THEN
+        INSERT INTO @extschema@.notif_dlr (key, job_id, delivered, reported_at, orphan_slot)
+        VALUES (key, NULL, delivered, coalesce(reported_at, now()), hashtext(key) & 65535)
+        ON CONFLICT (orphan_slot) WHERE job_id IS NULL
+        DO UPDATE SET key = EXCLUDED.key, delivered = EXCLUDED.delivered,
+                      reported_at = EXCLUDED.reported_at, received_at = EXCLUDED.received_at;
+    ELSIF (SELECT count(*) FROM (SELECT FROM @extschema@.notif_dlr r
+                                  WHERE r.job_id OPERATOR(pg_catalog.=) job LIMIT 32) s) < 32 THEN
+        INSERT INTO @extschema@.notif_dlr (key, job_id, delivered, reported_at)
+        VALUES (key, job, delivered, coalesce(reported_at, now()));
+    END IF;
+
+    -- delivered: a job queued again after an ambiguous call is done, as the
+    -- lifecycle's "report" rows say (report_resolves).  Only a job that
+    -- looked so is locked and decided on: the report of a job sent (nearly
+    -- every report) takes no lock.
+    IF delivered AND waiting THEN
+        SELECT * INTO d FROM @extschema@.notif_decide('notif_dlr', job, 'report', false);
+        IF d.to_status IS NOT NULL THEN
+            UPDATE @extschema@.notif_job n
+               SET status = d.to_status, sent_at = now(), resolved_by = 'report'
+             WHERE n.id OPERATOR(pg_catalog.=) job;
+            DELETE FROM @extschema@.notif_active a
+             WHERE a.job_id OPERATOR(pg_catalog.=) job;
+            PERFORM @extschema@.notif_outcomes_emit(ARRAY[job]);
+        END IF;
+    END IF;
+
+    -- (1.4) delivered: the fallback the sender wrote for this job, held
+    -- for such a report (fallback_after), is not needed; cancelled, if it
+    -- has not gone out.  A job the application enqueued is never touched.
+    IF delivered AND job IS NOT NULL THEN
+        FOR fb IN
+            SELECT f.id
+              FROM @extschema@.notif_job j
+              JOIN @extschema@.notif_type t ON t.code OPERATOR(pg_catalog.=) j.kind
+              JOIN @extschema@.notif_job f
+                ON f.user_id OPERATOR(pg_catalog.=) j.user_id
+               AND f.kind OPERATOR(pg_catalog.=) t.fallback_type
+               AND f.order_id OPERATOR(pg_catalog.=) j.order_id
+             WHERE j.id OPERATOR(pg_catalog.=) job
+               AND f.fallback_of OPERATOR(pg_catalog.=) job
+               AND f.status OPERATOR(pg_catalog.=) 'queued'
+        LOOP
+            SELECT * INTO d FROM @extschema@.notif_decide('notif_dlr', fb, 'cancel', false);
+            IF d.to_status IS NOT NULL THEN
+                UPDATE @extschema@.notif_job n
+                   SET status = d.to_status, last_error = d.note, next_at = now()
+                 WHERE n.id OPERATOR(pg_catalog.=) fb;
+                DELETE FROM @extschema@.notif_active a
+                 WHERE a.job_id OPERATOR(pg_catalog.=) fb;
+                PERFORM @extschema@.notif_outcomes_emit(ARRAY[fb]);
+            END IF;
+        END LOOP;
+    END IF;
+    RETURN job;
+END;
+$$;
