@@ -307,7 +307,11 @@ COMMENT ON COLUMN notif_provider.apns_topics IS 'apns: the apns-topic values a p
  * notif_dlr(key, delivered, reported_at, provider) names the provider the
  * report comes from: it then matches only a job whose last call went to
  * that provider (notif_job.provider); another is an orphaned report.  The
- * three-argument notif_dlr is that with no provider named.
+ * three-argument notif_dlr is that with no provider named.  Its status
+ * changes are told to the app (notif_outcomes_emit, in "outcomes" below:
+ * for a type with emit_outcomes): a delivered report that ends a job
+ * waiting after an ambiguous call emits its 'sent', and the fallback it
+ * cancels its 'cancelled'; a report that changes no status, nothing.
  * --------------------------------------------------------------------- */
 
 ALTER TABLE notif_dlr ADD COLUMN orphan_slot int;
@@ -376,6 +380,7 @@ BEGIN
              WHERE n.id OPERATOR(pg_catalog.=) job;
             DELETE FROM @extschema@.notif_active a
              WHERE a.job_id OPERATOR(pg_catalog.=) job;
+            PERFORM @extschema@.notif_outcomes_emit(ARRAY[job]);
         END IF;
     END IF;
 
@@ -402,6 +407,7 @@ BEGIN
                  WHERE n.id OPERATOR(pg_catalog.=) fb;
                 DELETE FROM @extschema@.notif_active a
                  WHERE a.job_id OPERATOR(pg_catalog.=) fb;
+                PERFORM @extschema@.notif_outcomes_emit(ARRAY[fb]);
             END IF;
         END LOOP;
     END IF;
@@ -443,3 +449,131 @@ ALTER TABLE notif_provider
                    AND array_position(fcm_topics, '') IS NULL));
 
 COMMENT ON COLUMN notif_provider.fcm_topics IS 'fcm: the topics a payload may name beside a token (a condition is refused, ''{}'' is tokens only); NULL: a token, any topic or any condition';
+
+/* ---------------------------------------------------------------------
+ * outcomes (issue 46): each job's end told to the application
+ *
+ * A type with emit_outcomes tells, in the transaction that writes it,
+ * each final status of its jobs (sent, failed, expired, and cancelled: a
+ * job failed by notif_cancel) and each channel fallback enqueued for one
+ * of them: a transactional logical message (prefix 'notif_deliver', a
+ * JSON object) that a logical-decoding consumer (pg_recvlogical,
+ * Debezium, wal2json, pgoutput with messages) reads when, and only if, the
+ * status commits; and a NOTIFY on the channel notif_outcome
+ * ({"id": ..., "status": ...}) for an application that only needs a
+ * wake-up.  The senders call notif_outcomes_emit() with the jobs their
+ * statement ended (only when some type emits: nothing is run otherwise),
+ * and so do notif_cancel and notif_dlr.  Docs: doc/reference.md,
+ * "Outcomes".
+ * --------------------------------------------------------------------- */
+
+ALTER TABLE notif_type
+    ADD COLUMN emit_outcomes boolean NOT NULL DEFAULT false;
+
+COMMENT ON COLUMN notif_type.emit_outcomes IS 'each final status of its jobs (and each fallback enqueued for one) is emitted at commit: a logical message with prefix ''notif_deliver'' and a NOTIFY on notif_outcome';
+
+/*
+ * notif_outcomes_emit(ended, fell_back): the messages of the jobs ended
+ * (their final status just written by the caller, no longer held), and
+ * of the jobs fell_back whose fallback job was just written, of the types
+ * with emit_outcomes; returns how many.  The NOTIFY is left out while
+ * the notification queue is half full or more.  The job rows are read as the
+ * caller's transaction left them.  Internal: the senders, notif_cancel
+ * and notif_dlr call it, each once for the rows it wrote.
+ */
+CREATE FUNCTION notif_outcomes_emit(ended bigint[], fell_back bigint[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n bigint;
+    -- a wake-up, not a record: never let a listener that does not read
+    -- (its queue full, every commit that notifies fails) stall delivery
+    wake boolean := pg_notification_queue_usage() OPERATOR(pg_catalog.<) 0.5;
+BEGIN
+    WITH m AS (
+        SELECT j.id, j.kind, j.user_id, j.order_id,
+               CASE WHEN j.status OPERATOR(pg_catalog.=) 'failed'
+                         AND j.last_error OPERATOR(pg_catalog.=) 'cancelled'
+                    THEN 'cancelled' ELSE j.status END AS status,
+               j.outcome, j.resolved_by, j.provider,
+               j.earlier_tries OPERATOR(pg_catalog.+) j.tries AS tries,
+               j.http_status, j.last_error AS error, j.sent_at, j.fallback_of,
+               NULL::bigint AS fallback_id, NULL::text AS fallback_kind,
+               NULL::timestamptz AS fallback_due_at
+          FROM @extschema@.notif_job j
+          JOIN @extschema@.notif_type t ON t.code OPERATOR(pg_catalog.=) j.kind
+         WHERE j.id OPERATOR(pg_catalog.=) ANY (ended)
+           AND t.emit_outcomes
+           AND j.status OPERATOR(pg_catalog.=) ANY ('{sent,failed,expired}'::text[])
+           AND j.claimed_by IS NULL
+        UNION ALL
+        SELECT j.id, j.kind, j.user_id, j.order_id, 'fallback',
+               j.outcome, j.resolved_by, j.provider,
+               j.earlier_tries OPERATOR(pg_catalog.+) j.tries,
+               j.http_status, j.last_error, j.sent_at, j.fallback_of,
+               f.id, f.kind, f.next_at
+          FROM @extschema@.notif_job j
+          JOIN @extschema@.notif_type t ON t.code OPERATOR(pg_catalog.=) j.kind
+          JOIN @extschema@.notif_job f
+            ON f.user_id OPERATOR(pg_catalog.=) j.user_id
+           AND f.kind OPERATOR(pg_catalog.=) t.fallback_type
+           AND f.order_id OPERATOR(pg_catalog.=) j.order_id
+         WHERE j.id OPERATOR(pg_catalog.=) ANY (fell_back)
+           AND t.emit_outcomes
+           AND f.fallback_of OPERATOR(pg_catalog.=) j.id
+    ),
+    sent AS (
+        SELECT pg_logical_emit_message(true, 'notif_deliver',
+                   json_build_object('id', m.id, 'kind', m.kind, 'user_id', m.user_id,
+                                     'order_id', m.order_id, 'status', m.status,
+                                     'outcome', m.outcome, 'resolved_by', m.resolved_by,
+                                     'provider', m.provider, 'tries', m.tries,
+                                     'http_status', m.http_status, 'error', m.error,
+                                     'sent_at', m.sent_at, 'fallback_of', m.fallback_of,
+                                     'fallback_id', m.fallback_id,
+                                     'fallback_kind', m.fallback_kind,
+                                     'fallback_due_at', m.fallback_due_at)::text) AS lsn,
+               CASE WHEN wake THEN pg_notify('notif_outcome',
+                         json_build_object('id', m.id, 'status', m.status)::text) END AS woken
+          FROM m
+         ORDER BY m.id, m.status OPERATOR(pg_catalog.=) 'fallback'
+    )
+    SELECT count(*) INTO n FROM sent;
+    RETURN n;
+END;
+$$;
+
+COMMENT ON FUNCTION notif_outcomes_emit(bigint[], bigint[]) IS 'internal: emit the outcome messages (logical message and NOTIFY notif_outcome) of jobs just ended and of jobs whose fallback was just enqueued';
+
+REVOKE ALL ON FUNCTION notif_outcomes_emit(bigint[], bigint[]) FROM PUBLIC;
+
+-- notif_cancel (1.3), its cancelled job told
+CREATE OR REPLACE FUNCTION notif_cancel(job_id bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d record;
+BEGIN
+    IF job_id IS NULL THEN
+        RAISE EXCEPTION 'notif_cancel: job_id must not be null'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+
+    SELECT * INTO d FROM @extschema@.notif_decide('notif_cancel', job_id, 'cancel', false);
+    IF d.to_status IS NULL THEN
+        RAISE EXCEPTION 'notif_cancel: job % is %, %', job_id, d.status, d.note
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    UPDATE @extschema@.notif_job n
+       SET status = d.to_status, last_error = d.note, next_at = now()
+     WHERE n.id OPERATOR(pg_catalog.=) notif_cancel.job_id;
+    DELETE FROM @extschema@.notif_active a
+     WHERE a.job_id OPERATOR(pg_catalog.=) notif_cancel.job_id;
+    PERFORM @extschema@.notif_outcomes_emit(ARRAY[job_id]);
+END;
+$$;
+

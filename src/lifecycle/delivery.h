@@ -108,6 +108,9 @@ typedef struct NotifTypeConf
 	bool		any_fallback;	/* some type of the database has a
 								 * fallback_type (the sender asks for
 								 * fallbacks only then) */
+	bool		any_outcomes;	/* some type of the database has
+								 * emit_outcomes (the sender tells the ends
+								 * it writes only then) */
 	NotifRetryPolicy policy;
 	NotifProviderConf provider;
 	TimestampTz expired_at;		/* its late jobs were last expired while

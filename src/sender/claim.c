@@ -151,6 +151,7 @@ expire_while_open(NotifTypeConf *type, TimestampTz now, Snapshot snapshot, Times
 	{
 		n = notif_sql_claim(type->code, type->delivery, notif_batch_size, true, NULL, NULL,
 							sender.incarnation, snapshot, sender.round_cxt, &jobs);
+		sender_outcomes_of_late(jobs, n);
 		sender_fallbacks_of_late(jobs, n);
 		type->expired_at = now;
 		again = TimestampTzPlusMilliseconds(now, EXPIRE_WHILE_OPEN_MS);
@@ -289,6 +290,7 @@ sender_claim_jobs(void)
 		n = notif_sql_claim(type->code, type->delivery, granted, false,
 							type->n_routes > 1 ? &claim_route : NULL, type->provider.name,
 							sender.incarnation, snapshot, sender.round_cxt, &jobs);
+		sender_outcomes_of_late(jobs, n);
 		sender_fallbacks_of_late(jobs, n);
 
 		for (j = 0; j < n; j++)

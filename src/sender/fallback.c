@@ -98,7 +98,7 @@ try_fallbacks(const int64 *ids, int n, int64 *written, ErrorData **error)
 		/* undone with the subtransaction, whichever way it ends */
 		(void) set_config_option("lock_timeout", SENDER_RECORD_LOCK_WAIT, PGC_SUSET,
 								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
-		*written = notif_sql_fallback(ids, n);
+		*written = notif_sql_fallback(ids, n, sender.any_outcomes);
 		ReleaseCurrentSubTransaction();
 	}
 	PG_CATCH();

@@ -84,6 +84,7 @@ sender_recover_orphans(void)
 	TimestampTz now = GetCurrentTimestamp();
 	int64	   *ids;
 	int64	   *reported;
+	bool	   *ends;
 	int			n_reported = 0;
 	int			n,
 				i,
@@ -113,7 +114,9 @@ sender_recover_orphans(void)
 	}
 	if (k == 0)
 		return;
-	notif_sql_record(results, k, NULL);
+	ends = sender_outcomes_ended(k);
+	notif_sql_record(results, k, NULL, ends);
+	sender_outcomes_of_results(results, k, ends);
 	{
 		int64	   *ended = palloc(sizeof(int64) * k);
 		int			e = 0;
@@ -135,18 +138,18 @@ sender_recover_orphans(void)
  * locked jobs and says which in passed[].
  */
 void
-sender_record(NotifResult *results, int n, bool *passed)
+sender_record(NotifResult *results, int n, bool *passed, bool *ended)
 {
 	if (sender.record_passing)
 	{
-		notif_sql_record(results, n, passed);
+		notif_sql_record(results, n, passed, ended);
 		return;
 	}
 	/* transaction-local (a source above the session value's PGC_S_OVERRIDE) */
 	(void) set_config_option("lock_timeout", SENDER_RECORD_LOCK_WAIT, PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
 	sender.recording = true;
-	notif_sql_record(results, n, NULL);
+	notif_sql_record(results, n, NULL, ended);
 	sender.recording = false;
 	(void) set_config_option("lock_timeout", NOTIF_LOCK_TIMEOUT, PGC_SUSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);

@@ -110,6 +110,7 @@ sender_reload_config(void)
 	sender.n_types = n;
 	/* database-wide, the same on every row (a round recovers any lane's jobs) */
 	sender.any_fallback = n > 0 && fresh[0].any_fallback;
+	sender.any_outcomes = n > 0 && fresh[0].any_outcomes;
 	notif_http_config_read(fresh, n);
 	notif_push_auth_keep_only(fresh, n);
 	sender.config_generation = generation;
@@ -252,6 +253,7 @@ sender_round(bool want_claim)
 	NotifResult *results;
 	int			n_results = 0;
 	bool	   *passed = NULL;
+	bool	   *ended;
 	bool		installed;
 	bool		confirmed;
 
@@ -280,7 +282,9 @@ sender_round(bool want_claim)
 		n_results = sender_finished_results(&results);
 		/* read after the commit: not in the SPI or transaction memory */
 		passed = MemoryContextAllocZero(sender.round_cxt, sizeof(bool) * Max(n_results, 1));
-		sender_record(results, n_results, passed);
+		ended = sender_outcomes_ended(n_results);
+		sender_record(results, n_results, passed, ended);
+		sender_outcomes_of_results(results, n_results, ended);
 		sender_fallbacks_of_results(results, n_results, passed);
 		notif_push_record_unregistered(&sender.finished);
 		if (want_claim && !ShutdownRequestPending)

@@ -116,6 +116,12 @@ typedef struct NotifSender
 	bool		any_fallback;
 	bool		fallback_wake;
 
+	/*
+	 * Outcomes (notif_type.emit_outcomes): some type emits them, so the
+	 * ends a round writes are told (sender/outcomes.c).
+	 */
+	bool		any_outcomes;
+
 	/* the lane's running senders, itself included, counted at each round */
 	int			lane_senders;
 	int			config_senders; /* lane_senders the configuration was shared for */
@@ -162,6 +168,12 @@ extern void sender_fallbacks_committed(void);
 extern void sender_fallbacks_rolled_back(void);
 extern TimestampTz sender_fallbacks_retry_at(void);
 
+/* sender/outcomes.c */
+extern bool *sender_outcomes_ended(int n);
+extern void sender_outcomes_of_results(const struct NotifResult *results, int n,
+									   const bool *ended);
+extern void sender_outcomes_of_late(const struct NotifClaimedJob *jobs, int n);
+
 /* sender/claim.c */
 extern void sender_claim_jobs(void);
 
@@ -183,7 +195,7 @@ extern TimestampTz sender_record_due(bool woken);
 struct NotifResult;
 extern void sender_recover_orphans(void);
 extern int	sender_finished_results(struct NotifResult **out);
-extern void sender_record(struct NotifResult *results, int n, bool *passed);
+extern void sender_record(struct NotifResult *results, int n, bool *passed, bool *ended);
 extern void sender_retake_passed(bool force);
 
 /* sender/activity.c */

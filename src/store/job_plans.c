@@ -69,7 +69,8 @@ notif_sql_prepare(void)
 
 	for (i = 0; i < N_RECORD_COLUMNS; i++)
 		notif_plans[PLAN_RECORD].argtypes[i] = notif_plans[PLAN_RECORD_PASSING].argtypes[i] =
-			notif_record_columns[i].arraytype;
+			notif_plans[PLAN_RECORD_ENDED].argtypes[i] =
+			notif_plans[PLAN_RECORD_PASSING_ENDED].argtypes[i] = notif_record_columns[i].arraytype;
 	for (i = 0; i < N_PLANS; i++)
 	{
 		SPIPlanPtr	p;
@@ -176,32 +177,53 @@ notif_sql_claim(const char *kind, NotifDelivery delivery, int limit, bool late_o
 	return notif_claimed_from_rows(cxt, out);	/* job_rows.c */
 }
 
+/* Which of results[n] have their id among ids[c]: out[i]. */
+static void
+mark_ids(const NotifResult *results, int n, const int64 *ids, int c, bool *out)
+{
+	int			i;
+
+	for (i = 0; i < n; i++)
+		out[i] = false;
+	while (--c >= 0)
+		for (i = 0; i < n; i++)
+			out[i] |= (results[i].job_id == ids[c]);
+}
+
 /*
  * Record the results.  With passed, the record passes over jobs another
  * session has locked, and passed[i] says of each whether it was: not
- * recorded, to try again.  Without, it waits for such locks.
+ * recorded, to try again.  Without, it waits for such locks.  With ended,
+ * ended[i] says whether it wrote the job's end (a final status): the
+ * outcomes to tell (sender/outcomes.c).
  */
 void
-notif_sql_record(NotifResult *results, int n, bool *passed)
+notif_sql_record(NotifResult *results, int n, bool *passed, bool *ended)
 {
 	Datum		values[N_RECORD_COLUMNS];
-	int			c,
-				i;
+	int			c;
+	int			plan;
 
 	if (n == 0)
 		return;
 	notif_record_arrays(results, n, values);	/* job_rows.c */
 
-	run(passed ? PLAN_RECORD_PASSING : PLAN_RECORD, values, NULL, false, SPI_OK_SELECT);
+	if (ended)
+		plan = passed ? PLAN_RECORD_PASSING_ENDED : PLAN_RECORD_ENDED;
+	else
+		plan = passed ? PLAN_RECORD_PASSING : PLAN_RECORD;
+	run(plan, values, NULL, false, SPI_OK_SELECT);
+	if (ended)
+	{
+		int64	   *ids = spi_col_int8_array(0, 2, &c);
+
+		mark_ids(results, n, ids, c, ended);
+	}
 	if (passed)
 	{
 		int64	   *ids = spi_col_int8_array(0, 1, &c);
 
-		for (i = 0; i < n; i++)
-			passed[i] = false;
-		while (--c >= 0)
-			for (i = 0; i < n; i++)
-				passed[i] |= (results[i].job_id == ids[c]);
+		mark_ids(results, n, ids, c, passed);
 	}
 }
 
@@ -288,15 +310,45 @@ notif_sql_purge(int batch_size)
 	return DatumGetInt64(spi_col(0, 1, &isnull));
 }
 
-/* Channel fallback for these jobs (sql_fallback); returns how many are due now. */
+/*
+ * Channel fallback for these jobs (sql_fallback); returns how many it
+ * wrote.  With outcomes, the jobs whose fallback it wrote are told
+ * (notif_sql_outcomes), in the same (sub)transaction.
+ */
 int64
-notif_sql_fallback(const int64 *ids, int n)
+notif_sql_fallback(const int64 *ids, int n, bool outcomes)
 {
 	Datum		values[1];
+	int64		written;
+	int64	   *fell_back;
+	int			c;
 
 	if (n == 0)
 		return 0;
 	values[0] = spi_int8_array_of(ids, n);
 	run(PLAN_FALLBACK, values, NULL, false, SPI_OK_SELECT);
-	return spi_col_int(0, 1);
+	written = spi_col_int(0, 1);
+	if (outcomes && written > 0)
+	{
+		fell_back = spi_col_int8_array(0, 2, &c);
+		notif_sql_outcomes(NULL, 0, fell_back, c);
+	}
+	return written;
+}
+
+/*
+ * The outcome messages of the jobs ended[n_ended] whose end, and of the
+ * jobs fell_back[n_fell_back] whose fallback, this transaction just wrote
+ * (notif_outcomes_emit: only those of types with emit_outcomes).
+ */
+void
+notif_sql_outcomes(const int64 *ended, int n_ended, const int64 *fell_back, int n_fell_back)
+{
+	Datum		values[2];
+
+	if (n_ended == 0 && n_fell_back == 0)
+		return;
+	values[0] = spi_int8_array_of(ended, n_ended);
+	values[1] = spi_int8_array_of(fell_back, n_fell_back);
+	run(PLAN_OUTCOMES, values, NULL, false, SPI_OK_SELECT);
 }

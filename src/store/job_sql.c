@@ -67,7 +67,8 @@ static const char *const sql_lane_types =
 "       p.breaker_threshold, (extract(epoch FROM p.breaker_cooldown) * 1000)::int8,"
 "       t.deadline IS NOT NULL, p.payload_map, r.route::int4, cardinality(rs.routes), rs.routes,"
 "       EXISTS (SELECT FROM %s.notif_type f WHERE f.fallback_type IS NOT NULL),"
-"       p.apns_topics, p.fcm_topics"
+"       p.apns_topics, p.fcm_topics,"
+"       EXISTS (SELECT FROM %s.notif_type e WHERE e.emit_outcomes)"
 "  FROM %s.notif_type t"
 "  CROSS JOIN LATERAL (SELECT ARRAY[t.provider] || coalesce(t.backup_providers, '{}') AS routes) rs"
 "  CROSS JOIN LATERAL unnest(rs.routes) WITH ORDINALITY AS r(name, route)"
@@ -260,9 +261,12 @@ static const char *const sql_record_passing =
  * "WITH r AS (SELECT * FROM unnest($1::int8[], ...) AS x(id, ...))," +
  * sql_record, returning no ids; or passing over locked jobs, "r_all" so,
  * then sql_record_passing, sql_record, returning the ids passed over.
+ * With ended (some type emits its outcomes: sender/outcomes.c), a second
+ * column: the ids of the jobs it ended (a status other than queued
+ * written), which alone have a final status to tell.
  */
 static const char *
-record_sql_of(bool passing)
+record_sql_of(bool passing, bool ended)
 {
 	StringInfoData buf;
 	int			c;
@@ -280,19 +284,33 @@ record_sql_of(bool passing)
 	appendStringInfoString(&buf, sql_record);
 	appendStringInfoString(&buf, passing ? " SELECT ARRAY (SELECT p.id FROM passed p)"
 						   : " SELECT NULL::int8[]");
+	if (ended)
+		appendStringInfoString(&buf, ", ARRAY (SELECT u.id FROM upd u WHERE u.status <> 'queued')");
 	return buf.data;
 }
 
 static const char *
 record_sql(void)
 {
-	return record_sql_of(false);
+	return record_sql_of(false, false);
 }
 
 static const char *
 record_passing_sql(void)
 {
-	return record_sql_of(true);
+	return record_sql_of(true, false);
+}
+
+static const char *
+record_ended_sql(void)
+{
+	return record_sql_of(false, true);
+}
+
+static const char *
+record_passing_ended_sql(void)
+{
+	return record_sql_of(true, true);
 }
 
 /*
@@ -408,7 +426,8 @@ static const char *const sql_purge =
  * after an accepted call (a delivered report cancels it: notif_dlr).  The
  * unique key makes it one; a key already taken is passed over before the
  * insert, which waits only for an enqueue of that key not yet committed
- * (sender/fallback.c bounds the wait).  Returns how many it wrote.
+ * (sender/fallback.c bounds the wait).  Returns how many it wrote, and
+ * the jobs whose fallback it wrote (their outcome messages: PLAN_OUTCOMES).
  */
 static const char *const sql_fallback =
 "WITH fb AS ("
@@ -429,8 +448,16 @@ static const char *const sql_fallback =
 "                        WHERE x.user_id = j.user_id AND x.kind = t.fallback_type"
 "                          AND x.order_id = j.order_id)"
 "    ON CONFLICT (user_id, kind, order_id) DO NOTHING"
-"    RETURNING 1)"
-" SELECT count(*) FROM fb";
+"    RETURNING fallback_of)"
+" SELECT count(*), ARRAY (SELECT f.fallback_of FROM fb f) FROM fb";
+
+/*
+ * The outcome messages (notif_type.emit_outcomes) of the jobs $1 a
+ * statement of this transaction just ended, and of the jobs $2 whose
+ * fallback it just wrote: run only when some type emits them.
+ */
+static const char *const sql_outcomes =
+"SELECT %s.notif_outcomes_emit($1, $2)";
 
 PlanDef		notif_plans[N_PLANS] = {
 	[PLAN_LANE_TYPES] = {&sql_lane_types, NULL, 1, {TEXTOID}},
@@ -440,6 +467,8 @@ PlanDef		notif_plans[N_PLANS] = {
 	true},
 	[PLAN_RECORD] = {NULL, record_sql, N_RECORD_COLUMNS, {0}, true},	/* record_columns */
 	[PLAN_RECORD_PASSING] = {NULL, record_passing_sql, N_RECORD_COLUMNS, {0}, true},
+	[PLAN_RECORD_ENDED] = {NULL, record_ended_sql, N_RECORD_COLUMNS, {0}, true},
+	[PLAN_RECORD_PASSING_ENDED] = {NULL, record_passing_ended_sql, N_RECORD_COLUMNS, {0}, true},
 	[PLAN_ORPHANS] = {&sql_orphans, NULL, 1, {INT8ARRAYOID}},
 	[PLAN_NEXT_DUE] = {&sql_next_due, NULL, 1, {TEXTOID}},
 	[PLAN_LANES] = {&sql_lanes, NULL, 0, {0}},
@@ -448,5 +477,6 @@ PlanDef		notif_plans[N_PLANS] = {
 	[PLAN_BUILD_ACTIVE] = {&sql_build_active, NULL, 0, {0}},
 	[PLAN_REPORTED] = {&sql_reported, NULL, 1, {INT8ARRAYOID}},
 	[PLAN_FALLBACK] = {&sql_fallback, NULL, 1, {INT8ARRAYOID}},
+	[PLAN_OUTCOMES] = {&sql_outcomes, NULL, 2, {INT8ARRAYOID, INT8ARRAYOID}},
 };
 

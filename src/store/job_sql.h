@@ -127,7 +127,7 @@ extern int	notif_sql_claim(const char *kind, NotifDelivery delivery, int limit,
 							bool late_only, const NotifClaimRoute *route,
 							const char *provider, int64 incarnation, Snapshot snapshot,
 							MemoryContext cxt, NotifClaimedJob **out);
-extern void notif_sql_record(NotifResult *results, int n, bool *passed);
+extern void notif_sql_record(NotifResult *results, int n, bool *passed, bool *ended);
 extern int	notif_sql_orphans(const int64 *live, int n_live,
 							  MemoryContext cxt, NotifOrphanJob **out);
 extern int64 notif_sql_max_holder(void);
@@ -137,7 +137,9 @@ extern int64 *notif_sql_reported(const int64 *ids, int n, int *n_out);
 /* the lanes that need a sender, each with its notif_lane.senders (0: the setting's) */
 extern int	notif_sql_lanes(MemoryContext cxt, char ***out, int **senders);
 extern int64 notif_sql_purge(int batch_size);
-extern int64 notif_sql_fallback(const int64 *ids, int n);
+extern int64 notif_sql_fallback(const int64 *ids, int n, bool outcomes);
+extern void notif_sql_outcomes(const int64 *ended, int n_ended,
+							   const int64 *fell_back, int n_fell_back);
 
 /* lane_config.c */
 extern int	notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out);

@@ -25,6 +25,8 @@
 # notif_deliver.batch_size: 100 and 200 drain alike, 500 is slower];
 # DISPATCH_FLOOR [1] (0: no floor; a floor client that does not build is
 # skipped with a warning, its results "not measured");
+# DISPATCH_EMIT_OUTCOMES [0] (1: the type has notif_type.emit_outcomes, each
+# job's end a logical message and a NOTIFY; no slot reads them);
 # CLAIM_CLIENTS (see claim_limit.sh);
 # BENCH_PORT, BENCH_SIM_PORT (see test/bench/lib/common.sh).  Needs the extension
 # installed (make install) and the simulator built (make -C test/sim).
@@ -76,6 +78,8 @@ cluster_start "$BENCH_DIR/pg" "$BENCH_PORT" "notif_deliver.database = 'postgres'
 	"max_wal_size = '4GB'" "checkpoint_timeout = '30min'" "synchronous_commit = off"
 BATCH=$(cluster_psql -At -c "SHOW notif_deliver.batch_size")
 bench_lane_setup "$SIM" "$INFLIGHT" at_least_once
+[ "${DISPATCH_EMIT_OUTCOMES:-0}" = 0 ] ||
+	cluster_psql -c "UPDATE notif_type SET emit_outcomes = true WHERE code = 'bench'" >/dev/null
 sim_pid=${_bench_sims[0]}
 
 # a fresh backlog of JOBS queued jobs of the paused type
