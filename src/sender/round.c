@@ -281,6 +281,7 @@ sender_round(bool want_claim)
 		/* read after the commit: not in the SPI or transaction memory */
 		passed = MemoryContextAllocZero(sender.round_cxt, sizeof(bool) * Max(n_results, 1));
 		sender_record(results, n_results, passed);
+		sender_endpoint_results(passed);
 		sender_fallbacks_of_results(results, n_results, passed);
 		notif_push_record_unregistered(&sender.finished);
 		if (want_claim && !ShutdownRequestPending)

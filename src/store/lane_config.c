@@ -181,6 +181,7 @@ notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out)
 			t->provider.fcm_topics = DatumGetArrayTypePCopy(d);
 			MemoryContextSwitchTo(old);
 		}
+		t->endpoint_by = spi_col_text(i, 41, cxt);
 	}
 	*out = types;
 	return (int) SPI_processed;
