@@ -25,6 +25,7 @@
 
 #include "core/endpoint_rules.h"
 #include "provider/request.h"
+#include "sender/breaker.h"
 #include "sender/sender.h"
 #include "store/endpoint_sql.h"
 #include "store/job_sql.h"
@@ -124,12 +125,7 @@ sender_endpoint_request(NotifCall *call, const NotifTypeConf *type, const Sender
 		return;
 	}
 
-	/* everything but the url from its provider */
-	p = *provider;
-	p.url = ep->url;
-	p.curlu = NULL;				/* parsed by libcurl, per call */
-	notif_build_request(call, &p, key, job->payload);
-	call->guard_destination = true;
+	/* its secrets first: the request's builder signs with them, if set */
 	if (ep->secrets)
 	{
 		for (i = 0; ep->secrets[i]; i++)
@@ -138,6 +134,12 @@ sender_endpoint_request(NotifCall *call, const NotifTypeConf *type, const Sender
 		for (i = 0; ep->secrets[i]; i++)
 			call->endpoint_secrets[i] = pstrdup(ep->secrets[i]);
 	}
+	/* everything but the url from its provider */
+	p = *provider;
+	p.url = ep->url;
+	p.curlu = NULL;				/* parsed by libcurl, per call */
+	notif_build_request(call, &p, key, job->payload);
+	call->guard_destination = true;
 }
 
 /* Wipe the copies of an endpoint's secrets a call holds. */
@@ -151,19 +153,6 @@ sender_endpoint_wipe(NotifCall *call)
 	for (i = 0; call->endpoint_secrets[i]; i++)
 		explicit_bzero(call->endpoint_secrets[i], strlen(call->endpoint_secrets[i]));
 	call->endpoint_secrets = NULL;
-}
-
-/*
- * Did the call say its endpoint is down?  As a provider's breaker reads
- * a call (breaker.c): no answer (never reached it, its destination
- * refused, a timeout, a reset) or a 5xx.  Any other answer says it is up.
- */
-static bool
-says_down(const NotifCall *call)
-{
-	if (call->http_status != 0)
-		return call->http_status >= 500;
-	return call->outcome == OUTCOME_UNREACHED || call->outcome == OUTCOME_UNKNOWN;
 }
 
 /*
@@ -200,7 +189,7 @@ sender_endpoint_results(const bool *passed)
 							  OUTCOME_UNKNOWN)) == 0)
 			continue;			/* no call was made */
 		owners[n] = call->endpoint_owner;
-		ok[n] = !says_down(call);
+		ok[n] = !notif_call_says_down(call);	/* as the breaker reads it */
 		at[n] = call->ended_at;
 		n++;
 	}
