@@ -210,6 +210,10 @@ is($node->safe_psql('postgres', qq{SET ROLE app; INSERT INTO notif_endpoint (own
 ($rc, $out, $err) = $node->psql('postgres', q{SET ROLE app; SELECT secrets FROM notif_endpoint});
 like($err, qr/permission denied/, 'but cannot read secrets back');
 
+is(sql($node, q{SELECT has_table_privilege('pg_monitor', 'notif_endpoint_status', 'SELECT')
+	AND NOT has_table_privilege('pg_monitor', 'notif_endpoint', 'SELECT')}), 't',
+	'pg_monitor reads notif_endpoint_status, not notif_endpoint');
+
 # --- secrets reach no log, no job, no call record ---
 # (the test's own statements, which set them, are logged by log_statement =
 # all, and a failed one as STATEMENT: aside)
