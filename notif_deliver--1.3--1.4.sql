@@ -577,3 +577,105 @@ BEGIN
 END;
 $$;
 
+/* ---------------------------------------------------------------------
+ * Endpoints per customer (issue 46)
+ *
+ * One webhook type serves every customer: notif_type.endpoint_by names
+ * what addresses a job's endpoint ('user_id', or a member of the payload),
+ * and the call goes to that notif_endpoint's url with everything else
+ * (format, headers, timeouts, limits) from the type's provider, carrying
+ * the endpoint's own signing secrets.  A job whose endpoint is missing or
+ * disabled makes no call: it fails (rejected), last_error saying why.
+ * A customer's url may point anywhere: the sender refuses to connect to
+ * loopback, private, link-local (cloud metadata), multicast and other
+ * special-purpose addresses, judged after DNS resolution on the address
+ * it connects to (notif_endpoint_refuses; the allow-list
+ * notif_deliver.endpoint_allow_cidrs).  An endpoint whose calls keep
+ * failing for notif_deliver.endpoint_disable_after is disabled, with a
+ * record (notif_endpoint_status) and a WARNING.  Only the owner reads the
+ * table (secrets); grant columns for an application role
+ * (doc/security.md).
+ * --------------------------------------------------------------------- */
+
+CREATE TABLE notif_endpoint (
+    owner text PRIMARY KEY
+        CONSTRAINT notif_endpoint_owner_check
+        CHECK (length(owner) BETWEEN 1 AND 200 AND owner !~ '[[:cntrl:]]'),
+    url text NOT NULL
+        CONSTRAINT notif_endpoint_url_check CHECK (url ~* '^https?://[^[:space:]]+$'),
+    secrets text[]
+        CONSTRAINT notif_endpoint_secrets_check
+        CHECK (array_ndims(secrets) = 1 AND cardinality(secrets) BETWEEN 1 AND 8
+               AND array_position(secrets, NULL) IS NULL
+               AND array_to_string(secrets, ' ')
+                   ~ '^whsec_[A-Za-z0-9+/]+={0,2}( whsec_[A-Za-z0-9+/]+={0,2})*$'),
+    enabled boolean NOT NULL DEFAULT true,
+    created timestamptz NOT NULL DEFAULT now(),
+    failing_since timestamptz,
+    disabled_at timestamptz,
+    disabled_reason text
+);
+
+COMMENT ON TABLE notif_endpoint IS 'customers'' webhook endpoints: a type with endpoint_by sends each job to its owner''s url';
+COMMENT ON COLUMN notif_endpoint.owner IS 'whom it belongs to: what a job of a type with endpoint_by names (its user_id as text, or the payload member''s value)';
+COMMENT ON COLUMN notif_endpoint.url IS 'where the calls go (http or https); refused at connect time when it resolves to a loopback, private, link-local, multicast or other special-purpose address, unless notif_deliver.endpoint_allow_cidrs allows it';
+COMMENT ON COLUMN notif_endpoint.secrets IS 'its Standard Webhooks signing secrets (whsec_...), newest first during a rotation; NULL: its provider''s; secret';
+COMMENT ON COLUMN notif_endpoint.enabled IS 'false: its jobs fail without a call; set true again to resume (clears the failure record)';
+COMMENT ON COLUMN notif_endpoint.failing_since IS 'the first of its calls that failed (no answer, a timeout, a 5xx) since its last success; NULL: the last succeeded';
+COMMENT ON COLUMN notif_endpoint.disabled_at IS 'when the sender disabled it, after failing for notif_deliver.endpoint_disable_after';
+COMMENT ON COLUMN notif_endpoint.disabled_reason IS 'why the sender disabled it';
+
+-- a refused row is not shown (it holds secrets): notif_provider's check
+CREATE TRIGGER notif_endpoint_check_row
+    BEFORE INSERT OR UPDATE ON notif_endpoint
+    FOR EACH ROW EXECUTE FUNCTION notif_provider_check_row();
+
+/*
+ * An endpoint enabled again starts afresh: its failure record is cleared,
+ * so that its next failure does not disable it at once.
+ */
+CREATE FUNCTION notif_endpoint_reenabled()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NEW.enabled AND NOT OLD.enabled THEN
+        NEW.failing_since := NULL;
+        NEW.disabled_at := NULL;
+        NEW.disabled_reason := NULL;
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION notif_endpoint_reenabled() FROM PUBLIC;
+
+CREATE TRIGGER notif_endpoint_reenabled
+    BEFORE UPDATE OF enabled ON notif_endpoint
+    FOR EACH ROW EXECUTE FUNCTION notif_endpoint_reenabled();
+
+SELECT pg_catalog.pg_extension_config_dump('notif_endpoint', '');
+
+-- what an operator watches: no url, no secrets
+CREATE VIEW notif_endpoint_status AS
+SELECT owner, enabled, created, failing_since, disabled_at, disabled_reason
+  FROM notif_endpoint;
+
+COMMENT ON VIEW notif_endpoint_status IS 'customers'' endpoints without their urls and secrets: which are failing, which the sender disabled and why';
+
+GRANT SELECT ON notif_endpoint_status TO pg_monitor;
+
+ALTER TABLE notif_type
+    ADD COLUMN endpoint_by text
+        CONSTRAINT notif_type_endpoint_by_check
+        CHECK (length(endpoint_by) BETWEEN 1 AND 63 AND endpoint_by !~ '[[:cntrl:]]');
+
+COMMENT ON COLUMN notif_type.endpoint_by IS 'what names a job''s notif_endpoint: ''user_id'', or a top-level payload member (a string or a number); NULL: the provider''s url';
+
+CREATE FUNCTION notif_endpoint_refuses(address inet)
+RETURNS text
+LANGUAGE C STABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'notif_endpoint_refuses';
+
+COMMENT ON FUNCTION notif_endpoint_refuses(inet) IS 'the rule that keeps an endpoint''s call from connecting to an address, under notif_deliver.endpoint_allow_cidrs; NULL: allowed';

@@ -54,7 +54,25 @@ SELECT try($$INSERT INTO notif_type (code, delivery, max_tries, backoff_min) VAL
 SELECT try($$INSERT INTO notif_type (code, delivery, max_tries, retention) VALUES ('t1', 'at_most_once', 1, '0 s')$$);
 SELECT try($$INSERT INTO notif_type (code, delivery, max_tries, cost_lost) VALUES ('t1', 'at_most_once', 1, -1)$$);
 SELECT try($$INSERT INTO notif_type (code, delivery, max_tries, cost_dup) VALUES ('t1', 'at_most_once', 1, -1)$$);
+SELECT try($$INSERT INTO notif_type (code, delivery, max_tries, endpoint_by) VALUES ('t1', 'at_most_once', 1, '')$$);
+SELECT try($$INSERT INTO notif_type (code, delivery, max_tries, endpoint_by) VALUES ('t1', 'at_most_once', 1, repeat('m', 64))$$);
 SELECT count(*) AS types_written FROM notif_type WHERE code = 't1';
+
+-- (1.4) customers' endpoints: one bad value each
+SELECT try($$INSERT INTO notif_endpoint (owner, url) VALUES ('', 'https://a.example/')$$);
+SELECT try($$INSERT INTO notif_endpoint (owner, url) VALUES (repeat('o', 201), 'https://a.example/')$$);
+SELECT try($$INSERT INTO notif_endpoint (owner, url) VALUES (E'a\nb', 'https://a.example/')$$);
+SELECT try($$INSERT INTO notif_endpoint (owner, url) VALUES ('c1', NULL)$$);
+SELECT try($$INSERT INTO notif_endpoint (owner, url) VALUES ('c1', 'ftp://a.example/')$$);
+SELECT try($$INSERT INTO notif_endpoint (owner, url) VALUES ('c1', 'https://a.example/a b')$$);
+SELECT try($$INSERT INTO notif_endpoint (owner, url, secrets) VALUES ('c1', 'https://a.example/', '{}')$$);
+SELECT try($$INSERT INTO notif_endpoint (owner, url, secrets) VALUES ('c1', 'https://a.example/', '{whsec_c2VjcmV0, NULL}')$$);
+SELECT try($$INSERT INTO notif_endpoint (owner, url, secrets) VALUES ('c1', 'https://a.example/', '{c2VjcmV0}')$$);
+SELECT try($$INSERT INTO notif_endpoint (owner, url, secrets) VALUES ('c1', 'https://a.example/', '{"whsec_c2Vj cmV0"}')$$);
+SELECT try($$INSERT INTO notif_endpoint (owner, url, secrets) VALUES ('c1', 'https://a.example/', array_fill('whsec_c2VjcmV0'::text, ARRAY[9]))$$);
+SELECT try($$INSERT INTO notif_endpoint (owner, url, secrets) VALUES ('c1', 'https://a.example/', '{whsec_c2VjcmV0, whsec_b3RoZXI=}')$$) AS two_secrets;
+SELECT count(*) AS endpoints_written FROM notif_endpoint;
+DELETE FROM notif_endpoint;
 
 SELECT try($$INSERT INTO notif_lane VALUES ('bulk', 0)$$);
 SELECT try($$INSERT INTO notif_lane VALUES ('bulk', 17)$$);

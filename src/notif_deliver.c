@@ -12,6 +12,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 
+#include "core/endpoint_rules.h"
 #include "core/shared.h"
 #include "launcher/launcher.h"
 
@@ -22,6 +23,7 @@ void		_PG_init(void);
 void
 _PG_init(void)
 {
+	notif_define_endpoint_gucs();
 	notif_define_gucs();
 
 	if (!process_shared_preload_libraries_in_progress)

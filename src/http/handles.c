@@ -162,6 +162,7 @@ notif_http_put_handle(CURL *easy, bool discard)
 	curl_easy_setopt(easy, CURLOPT_READDATA, NULL);
 	curl_easy_setopt(easy, CURLOPT_POSTFIELDS, NULL);
 	curl_easy_setopt(easy, CURLOPT_CURLU, NULL);
+	curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, NULL);
 	/* and libcurl's copy of a CA certificate goes (the next call sets its own) */
 	curl_easy_setopt(easy, CURLOPT_CAINFO_BLOB, NULL);
 	idle_handles[n_idle++] = easy;

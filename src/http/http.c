@@ -210,7 +210,11 @@ finish_call(HttpPool *pool, CURL *easy, CURLcode result)
 		const char *text = call->errbuf[0] ? call->errbuf : curl_easy_strerror(result);
 		MemoryContext old = MemoryContextSwitchTo(call->cxt);
 
-		call->error = notif_excerpt(text, strlen(text), false);
+		if (call->destination_refused[0] && !sent)
+			call->error = psprintf("destination refused before the call: %s (notif_deliver.endpoint_allow_cidrs does not allow it)",
+								   call->destination_refused);
+		else
+			call->error = notif_excerpt(text, strlen(text), false);
 		MemoryContextSwitchTo(old);
 	}
 	else if (call->outcome != OUTCOME_ACCEPTED && call->answer == NULL)
@@ -422,9 +426,21 @@ start(NotifCall *call)
 	/*
 	 * Without a body byte to fail to rewind, libcurl would re-send an
 	 * at_most_once request silently: such requests use a new connection.
+	 * So does a call to a customer's endpoint (guard_destination), and it
+	 * leaves none behind: its connection was checked when it opened
+	 * (sockets.c), one another call opened was not.  It goes through no
+	 * proxy either (a proxy would resolve the host itself, unchecked).
 	 */
 	curl_easy_setopt(easy, CURLOPT_FRESH_CONNECT,
-					 (long) (call->job.delivery == AT_MOST_ONCE && call->body_len == 0));
+					 (long) ((call->job.delivery == AT_MOST_ONCE && call->body_len == 0) ||
+							 call->guard_destination));
+	curl_easy_setopt(easy, CURLOPT_FORBID_REUSE, (long) call->guard_destination);
+	call->destination_refused[0] = '\0';
+	rc = curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, call->guard_destination ? call : NULL);
+	if (rc == CURLE_OK)
+		rc = curl_easy_setopt(easy, CURLOPT_PROXY, call->guard_destination ? "" : NULL);
+	if (rc != CURLE_OK)
+		return not_started(call, easy, rc); /* never unguarded */
 
 	if (call->body == NULL)
 	{

@@ -41,11 +41,14 @@
 
 #include <sys/epoll.h>
 #include <sys/resource.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "utils/memutils.h"
 
+#include "core/endpoint_rules.h"
 #include "core/shared.h"
 #include "http/http.h"
 
@@ -160,13 +163,43 @@ park_for_input(curl_socket_t fd, SockState *st)
 		unregister(fd, st);
 }
 
-/* CURLOPT_OPENSOCKETFUNCTION: the socket libcurl would make, remembered */
+/*
+ * CURLOPT_OPENSOCKETFUNCTION: the socket libcurl would make, remembered.
+ *
+ * For a call whose destination is guarded (a customer's endpoint: clientp
+ * is the call, http.c), libcurl hands over here the very address it is
+ * about to connect to, after its DNS lookup: one that
+ * core/endpoint_rules.c refuses gets no socket, so libcurl never connects
+ * to it (it tries the next address of the name, if any, and fails with
+ * "could not connect" when none is left); the call says why.  No second
+ * lookup can come between this check and the connection.
+ */
 static curl_socket_t
 sock_open(void *clientp, curlsocktype purpose, struct curl_sockaddr *addr)
 {
-	int			fd = socket(addr->family, addr->socktype, addr->protocol);
+	NotifCall  *call = (NotifCall *) clientp;
+	int			fd;
 	SockState  *st;
 
+	if (call != NULL && call->guard_destination)
+	{
+		const char *why = purpose != CURLSOCKTYPE_IPCXN ? "not a connection" :
+			notif_endpoint_address_refused(&addr->addr);
+
+		if (why != NULL)
+		{
+			char		host[INET6_ADDRSTRLEN] = "?";
+
+			if (addr->family == AF_INET)
+				inet_ntop(AF_INET, &((struct sockaddr_in *) &addr->addr)->sin_addr, host, sizeof(host));
+			else if (addr->family == AF_INET6)
+				inet_ntop(AF_INET6, &((struct sockaddr_in6 *) &addr->addr)->sin6_addr, host, sizeof(host));
+			snprintf(call->destination_refused, sizeof(call->destination_refused),
+					 "%s is %s", host, why);
+			return CURL_SOCKET_BAD;
+		}
+	}
+	fd = socket(addr->family, addr->socktype, addr->protocol);
 	if (fd < 0)
 		return CURL_SOCKET_BAD;
 	st = state_of(fd, true);

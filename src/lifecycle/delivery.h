@@ -115,6 +115,9 @@ typedef struct NotifTypeConf
 	NotifProviderConf provider;
 	TimestampTz expired_at;		/* its late jobs were last expired while
 								 * its provider's breaker was open */
+	char	   *endpoint_by;	/* notif_type.endpoint_by: "user_id" or a
+								 * payload member naming the job's
+								 * notif_endpoint; NULL: the provider's url */
 } NotifTypeConf;
 
 /* a job held by a sender, as its claim left it */
@@ -186,6 +189,24 @@ struct NotifCall
 									 * this one) */
 	void	   *on_done_arg;
 	int			pool;			/* http.c's connection pool, while in flight */
+
+	/*
+	 * A call to a customer's endpoint (notif_endpoint, sender/endpoints.c):
+	 * its url is the endpoint's, everything else its provider's.  Its
+	 * destination is guarded: the transport refuses to connect to an
+	 * address core/endpoint_rules.c refuses (saying why in
+	 * destination_refused), never reuses a connection another call opened,
+	 * and goes through no proxy.
+	 */
+	char	   *endpoint_owner; /* notif_endpoint.owner, or NULL */
+	bool		guard_destination;
+	char		destination_refused[128];
+	/*
+	 * The endpoint's own signing secrets (notif_endpoint.secrets: whsec_...,
+	 * NULL-terminated), or NULL: its provider's are used.  Secret: never
+	 * logged, wiped when the call is freed.
+	 */
+	char	  **endpoint_secrets;
 
 	/* the result */
 	TimestampTz started_at;

@@ -58,8 +58,8 @@ log_change(const char *provider, NotifBreakerState to, int failures, const char 
  * is fetched again at once), a 429 the throttle's (throttle.c pauses for
  * its Retry-After).
  */
-static bool
-says_down(const NotifCall *call)
+bool
+notif_call_says_down(const NotifCall *call)
 {
 	if (call->http_status != 0)
 		return call->http_status >= 500;
@@ -201,7 +201,7 @@ notif_breaker_record(const NotifCall *call, TimestampTz now)
 {
 	NotifProviderSlot *p;
 	NotifBreaker *b;
-	bool		down = says_down(call);
+	bool		down = notif_call_says_down(call);
 	char		error[NOTIF_BREAKER_ERROR_LEN] = "";
 	bool		opened = false,
 				closed = false;

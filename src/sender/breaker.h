@@ -26,5 +26,6 @@ extern bool notif_breaker_take_probe(const NotifProviderConf *provider, Timestam
 extern void notif_breaker_probe_unused(int throttle, bool none_due);
 extern bool notif_breaker_may_call(const NotifCall *call, TimestampTz now, int64 *wait_ms);
 extern void notif_breaker_record(const NotifCall *call, TimestampTz now);
+extern bool notif_call_says_down(const NotifCall *call);
 
 #endif							/* NOTIF_BREAKER_H */

@@ -28,7 +28,7 @@
 #include "store/job_sql.h"
 
 NotifCall *
-sender_new_call(NotifTypeConf *type, NotifClaimedJob *job)
+sender_new_call(NotifTypeConf *type, NotifClaimedJob *job, const SenderEndpoints *eps)
 {
 	MemoryContext cxt = AllocSetContextCreate(sender.calls_cxt, "notif_deliver call",
 											  ALLOCSET_SMALL_SIZES);
@@ -60,7 +60,10 @@ sender_new_call(NotifTypeConf *type, NotifClaimedJob *job)
 	call->breaker_threshold = type->provider.breaker_threshold;
 	call->breaker_cooldown_ms = type->provider.breaker_cooldown_ms;
 	key = psprintf("%s:" INT64_FORMAT ":%s", type->code, job->user_id, job->order_id);
-	notif_build_request(call, &type->provider, key, job->payload);
+	if (type->endpoint_by)
+		sender_endpoint_request(call, type, eps, job, key);	/* endpoints.c */
+	else
+		notif_build_request(call, &type->provider, key, job->payload);
 	/*
 	 * a retry after an unknown outcome: first ask the provider that took
 	 * that call (lookup.c), whichever takes this one; found, no call (a
@@ -89,6 +92,7 @@ void
 sender_free_call(NotifCall *call)
 {
 	notif_free_request(call);
+	sender_endpoint_wipe(call);
 	MemoryContextDelete(call->cxt);
 }
 

@@ -109,7 +109,8 @@ plan_routes(int first, TimestampTz now, Routes *r)
 	{
 		NotifTypeConf *e = &sender.types[j];
 
-		if (e->route < 0 || e->route >= r->n || e->provider.url == NULL)
+		if (e->route < 0 || e->route >= r->n ||
+			(e->provider.url == NULL && e->endpoint_by == NULL))
 			continue;			/* not configured: it waits */
 		r->admit[e->route] = notif_breaker_admit(&e->provider, now, &r->until[e->route]);
 		r->any_calls |= r->admit[e->route] == BREAKER_CALLS;
@@ -188,6 +189,7 @@ sender_claim_jobs(void)
 	{
 		NotifTypeConf *type = &sender.types[i];
 		NotifClaimedJob *jobs;
+		SenderEndpoints *endpoints;
 		TimestampTz retry_at;
 		NotifBreakerAdmit admit;
 		NotifClaimRoute claim_route;
@@ -292,6 +294,7 @@ sender_claim_jobs(void)
 							sender.incarnation, snapshot, sender.round_cxt, &jobs);
 		sender_outcomes_of_late(jobs, n);
 		sender_fallbacks_of_late(jobs, n);
+		endpoints = sender_claim_endpoints(type, jobs, n);	/* NULL: not needed */
 
 		for (j = 0; j < n; j++)
 		{
@@ -299,7 +302,7 @@ sender_claim_jobs(void)
 
 			if (jobs[j].deadline_passed)
 				continue;		/* claim_late: expired, no call */
-			call = sender_new_call(type, &jobs[j]);
+			call = sender_new_call(type, &jobs[j], endpoints);
 			call->probe = probe;
 			if (probe)
 				sender.probe_held = -1; /* the call carries it */

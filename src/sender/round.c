@@ -285,6 +285,7 @@ sender_round(bool want_claim)
 		ended = sender_outcomes_ended(n_results);
 		sender_record(results, n_results, passed, ended);
 		sender_outcomes_of_results(results, n_results, ended);
+		sender_endpoint_results(passed);
 		sender_fallbacks_of_results(results, n_results, passed);
 		notif_push_record_unregistered(&sender.finished);
 		if (want_claim && !ShutdownRequestPending)

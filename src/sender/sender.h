@@ -177,9 +177,25 @@ extern void sender_outcomes_of_late(const struct NotifClaimedJob *jobs, int n);
 /* sender/claim.c */
 extern void sender_claim_jobs(void);
 
-/* sender/calls.c */
+/* sender/endpoints.c: customers' endpoints (notif_endpoint) */
 struct NotifClaimedJob;
-extern NotifCall *sender_new_call(NotifTypeConf *type, struct NotifClaimedJob *job);
+struct NotifEndpoint;
+typedef struct SenderEndpoints
+{
+	int			n;
+	struct NotifEndpoint *rows;
+} SenderEndpoints;
+extern SenderEndpoints *sender_claim_endpoints(const NotifTypeConf *type,
+											   struct NotifClaimedJob *jobs, int n);
+extern void sender_endpoint_request(NotifCall *call, const NotifTypeConf *type,
+									const SenderEndpoints *eps,
+									const struct NotifClaimedJob *job, const char *key);
+extern void sender_endpoint_wipe(NotifCall *call);
+extern void sender_endpoint_results(const bool *passed);
+
+/* sender/calls.c */
+extern NotifCall *sender_new_call(NotifTypeConf *type, struct NotifClaimedJob *job,
+								  const SenderEndpoints *eps);
 extern void sender_free_call(NotifCall *call);
 extern void sender_never_started(NotifCall *call, NotifOutcome outcome);
 extern void sender_start_claimed(void);

@@ -31,9 +31,14 @@ enum
 {
 	PLAN_LANE_TYPES, PLAN_CLAIM, PLAN_RECORD, PLAN_RECORD_PASSING, PLAN_ORPHANS, PLAN_NEXT_DUE,
 	PLAN_LANES, PLAN_PURGE, PLAN_MAX_HOLDER, PLAN_BUILD_ACTIVE, PLAN_REPORTED, PLAN_FALLBACK,
-	PLAN_RECORD_ENDED, PLAN_RECORD_PASSING_ENDED, PLAN_OUTCOMES, N_PLANS
+	PLAN_RECORD_ENDED, PLAN_RECORD_PASSING_ENDED, PLAN_OUTCOMES, PLAN_ENDPOINTS,
+	PLAN_ENDPOINT_RESULTS, N_PLANS
 };
 
 extern PlanDef notif_plans[N_PLANS];
+
+/* endpoint_sql.c: the statements of customers' endpoints */
+extern const char *const notif_sql_endpoints_text;
+extern const char *const notif_sql_endpoint_results_text;
 
 #endif							/* NOTIF_JOB_PLANS_H */

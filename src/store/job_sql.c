@@ -68,7 +68,8 @@ static const char *const sql_lane_types =
 "       t.deadline IS NOT NULL, p.payload_map, r.route::int4, cardinality(rs.routes), rs.routes,"
 "       EXISTS (SELECT FROM %s.notif_type f WHERE f.fallback_type IS NOT NULL),"
 "       p.apns_topics, p.fcm_topics,"
-"       EXISTS (SELECT FROM %s.notif_type e WHERE e.emit_outcomes)"
+"       EXISTS (SELECT FROM %s.notif_type e WHERE e.emit_outcomes),"
+"       t.endpoint_by"
 "  FROM %s.notif_type t"
 "  CROSS JOIN LATERAL (SELECT ARRAY[t.provider] || coalesce(t.backup_providers, '{}') AS routes) rs"
 "  CROSS JOIN LATERAL unnest(rs.routes) WITH ORDINALITY AS r(name, route)"
@@ -478,5 +479,9 @@ PlanDef		notif_plans[N_PLANS] = {
 	[PLAN_REPORTED] = {&sql_reported, NULL, 1, {INT8ARRAYOID}},
 	[PLAN_FALLBACK] = {&sql_fallback, NULL, 1, {INT8ARRAYOID}},
 	[PLAN_OUTCOMES] = {&sql_outcomes, NULL, 2, {INT8ARRAYOID, INT8ARRAYOID}},
+	/* endpoint_sql.c */
+	[PLAN_ENDPOINTS] = {&notif_sql_endpoints_text, NULL, 1, {TEXTARRAYOID}},
+	[PLAN_ENDPOINT_RESULTS] = {&notif_sql_endpoint_results_text, NULL, 4,
+	{TEXTARRAYOID, BOOLARRAYOID, TIMESTAMPTZARRAYOID, INT8OID}},
 };
 

@@ -182,6 +182,7 @@ notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out)
 			MemoryContextSwitchTo(old);
 		}
 		t->any_outcomes = DatumGetBool(spi_col(i, 41, &isnull));
+		t->endpoint_by = spi_col_text(i, 42, cxt);
 	}
 	*out = types;
 	return (int) SPI_processed;
