@@ -176,6 +176,13 @@ extern void sender_discard_claimed(void);
 extern void sender_drive_calls(bool sockets_ready);
 extern void sender_drop_calls(void);
 
+/* sender/batch_calls.c: provider batches */
+extern int	sender_batch_group(NotifTypeConf *type, NotifCall **calls, int n, int granted);
+extern int	sender_batch_claim_limit(const NotifTypeConf *type, int granted);
+extern bool sender_batch_ready(const NotifTypeConf *type, TimestampTz now, TimestampTz *next);
+extern int	sender_batch_ended(NotifCall *carrier);
+extern void sender_batch_discard(NotifCall *carrier);
+
 /* sender/batch.c */
 extern TimestampTz sender_record_due(bool woken);
 

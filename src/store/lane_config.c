@@ -181,6 +181,20 @@ notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out)
 			t->provider.fcm_topics = DatumGetArrayTypePCopy(d);
 			MemoryContextSwitchTo(old);
 		}
+		/* provider batches (provider/batch.c): 1 for a provider that does not batch */
+		t->provider.batch_max = Max(spi_col_int(i, 41), 1);
+		t->provider.batch_wait_ms = spi_col_int(i, 42);
+		t->provider.batch_field = spi_col_text(i, 43, cxt);
+		d = spi_col(i, 44, &isnull);
+		if (!isnull && t->provider.batch_max > 1)
+		{
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+
+			t->provider.batch_results = DatumGetJsonbPCopy(d);
+			MemoryContextSwitchTo(old);
+		}
+		else
+			t->provider.batch_max = 1;
 	}
 	*out = types;
 	return (int) SPI_processed;
