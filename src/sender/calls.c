@@ -8,7 +8,8 @@
  *      Each holds one grant of its provider's throttle until then, and
  *      starts only if its provider's circuit breaker lets it (breaker.c),
  *      which hears how each ended.  The round (round.c) records what they
- *      did.
+ *      did.  A provider batch (batch_calls.c) is one call on the wire for
+ *      several jobs' calls: the first carries the others and their grant.
  *
  *-------------------------------------------------------------------------
  */

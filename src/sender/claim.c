@@ -12,7 +12,9 @@
  *      retry made for that provider's deduplication window (an
  *      at_most_once one waits for it).  Half-open, a route takes one job,
  *      its probe.  When no route takes calls, the type's jobs wait and the
- *      late ones still expire.  The calls start after the round commits.
+ *      late ones still expire.  A batching provider's jobs are grouped
+ *      into calls of batch_max (batch_calls.c).  The calls start after the
+ *      round commits.
  *
  *-------------------------------------------------------------------------
  */

@@ -73,7 +73,9 @@ typedef struct NotifSender
 	bool		config_stale;
 
 	/*
-	 * Calls.  Every call is on exactly one list, or in flight in http.c:
+	 * Calls.  Every call is on exactly one list, or in flight in http.c
+	 * (or carried by the first call of its provider batch, which holds
+	 * the batch's one slot: batch_calls.c):
 	 * claimed (its claim is not committed yet: it must not start),
 	 * finished (its result is not committed yet), passed (its result was
 	 * not recorded because another session holds its job's row: back to
