@@ -79,7 +79,7 @@ router-all router-install router-uninstall router-clean:
 
 # the provider simulator the TAP tests, benchmarks and demo talk to
 SIM = test/sim/provider_sim
-$(SIM): test/sim/provider_sim.c test/sim/sim_resolve.c test/sim/sim_resolve.h
+$(SIM): test/sim/provider_sim.c test/sim/sim_resolve.c test/sim/sim_resolve.h test/sim/sim_batch.c test/sim/sim_batch.h
 	$(MAKE) -C test/sim
 # only the TAP tests talk to it (the installed-package check runs pg_regress alone)
 ifneq ($(TAP_TESTS),)

@@ -679,3 +679,102 @@ LANGUAGE C STABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'notif_endpoint_refuses';
 
 COMMENT ON FUNCTION notif_endpoint_refuses(inet) IS 'the rule that keeps an endpoint''s call from connecting to an address, under notif_deliver.endpoint_allow_cidrs; NULL: allowed';
+
+/* ---------------------------------------------------------------------
+ * provider batches (issue 45)
+ *
+ * A json provider with batch_max > 1 takes up to that many messages per
+ * call: the sender groups the due jobs of one provider claimed in the same
+ * round into calls of at most batch_max (sender/batch_calls.c).  The body
+ * is the reshaped payloads (payload_map, ref_field, as for one call) as a
+ * JSON array, or that array as the member batch_format names; the answer's
+ * per-message results are read by batch_results (provider/batch.c).  Each
+ * job keeps its own outcome and its own row in notif_calls, where batch_id
+ * is the same for the messages of one call (NULL: a call of its own).
+ * max_inflight counts calls; rate_limit counts messages.  Docs:
+ * doc/reference.md, "Provider batches"; doc/guide.md, "Batching".
+ * --------------------------------------------------------------------- */
+
+/*
+ * batch_results, checked whole: an object with
+ *   "field": a dotted path to the value each result says (required),
+ *   "accepted": the values that mean accepted (a non-empty array of strings),
+ *   "rejected": those that mean rejected (an array of strings; others:
+ *               unknown),
+ *   "path": a dotted path to the results' array in the answer (absent:
+ *           the answer is the array),
+ *   "match": "order" (the default: result i is message i) or "key" (each
+ *            result names its message's key at "key_field", a dotted path),
+ *   "reason": a dotted path to a text kept as a rejected or unknown
+ *             message's last_error.
+ * A dotted path: one or more keys, none empty.
+ */
+CREATE FUNCTION notif_batch_results_valid(spec jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN coalesce(jsonb_typeof(spec) = 'object'
+   AND NOT EXISTS (SELECT FROM jsonb_object_keys(spec) k
+                    WHERE k NOT IN ('path', 'match', 'key_field', 'field', 'accepted',
+                                    'rejected', 'reason'))
+   AND jsonb_typeof(spec -> 'field') = 'string'
+   AND (spec ->> 'field') ~ '^[^.]+(\.[^.]+)*$'
+   AND coalesce((spec ->> 'path') ~ '^[^.]+(\.[^.]+)*$', NOT spec ? 'path')
+   AND coalesce((spec ->> 'reason') ~ '^[^.]+(\.[^.]+)*$', NOT spec ? 'reason')
+   AND coalesce(jsonb_typeof(spec -> 'path') = 'string', true)
+   AND coalesce(jsonb_typeof(spec -> 'reason') = 'string', true)
+   AND jsonb_typeof(spec -> 'accepted') = 'array'
+   AND jsonb_array_length(spec -> 'accepted') > 0
+   AND NOT (spec -> 'accepted') @? '$[*] ? (@.type() != "string")'
+   AND coalesce(jsonb_typeof(spec -> 'rejected') = 'array', NOT spec ? 'rejected')
+   AND NOT coalesce((spec -> 'rejected') @? '$[*] ? (@.type() != "string")', false)
+   AND coalesce(spec ->> 'match', 'order') IN ('order', 'key')
+   AND ((coalesce(spec ->> 'match', 'order') = 'key')
+        = ((jsonb_typeof(spec -> 'key_field') = 'string'
+            AND (spec ->> 'key_field') ~ '^[^.]+(\.[^.]+)*$') IS TRUE)), false);
+
+COMMENT ON FUNCTION notif_batch_results_valid(jsonb) IS 'whether a notif_provider.batch_results spec is well formed (its CHECK)';
+
+ALTER TABLE notif_provider
+    ADD COLUMN batch_max int
+        CONSTRAINT notif_provider_batch_max_check CHECK (batch_max BETWEEN 1 AND 1000),
+    ADD COLUMN batch_format jsonb
+        CONSTRAINT notif_provider_batch_format_check
+        CHECK (jsonb_typeof(batch_format) = 'object'
+               AND batch_format - 'field' = '{}'::jsonb
+               AND jsonb_typeof(batch_format -> 'field') = 'string'
+               AND octet_length(batch_format ->> 'field') BETWEEN 1 AND 64),
+    ADD COLUMN batch_results jsonb
+        CONSTRAINT notif_provider_batch_results_check
+        CHECK (notif_batch_results_valid(batch_results)),
+    ADD COLUMN batch_wait interval NOT NULL DEFAULT '0'
+        CONSTRAINT notif_provider_batch_wait_check
+        CHECK (batch_wait >= interval '0' AND batch_wait <= interval '1 minute'),
+    -- only json bodies are batched; a batch's results must be readable
+    ADD CONSTRAINT notif_provider_batch_json_check
+        CHECK (coalesce(batch_max, 1) = 1 OR (format = 'json' AND batch_results IS NOT NULL));
+
+COMMENT ON COLUMN notif_provider.batch_max IS 'json: the most messages one call carries (its body an array of the payloads, its answer a result per message: batch_results); NULL or 1: one message per call';
+COMMENT ON COLUMN notif_provider.batch_format IS 'a batch''s body: {"field": "messages"} puts the payloads'' array in that member of an object; NULL: the body is the array';
+COMMENT ON COLUMN notif_provider.batch_results IS 'where a batch''s answer has its per-message results and what they say: {"path", "match": "order"|"key", "key_field", "field", "accepted": [...], "rejected": [...], "reason"}';
+COMMENT ON COLUMN notif_provider.batch_wait IS 'how long a due job may wait for others to fill a batch (0: only what is due now)';
+
+-- the call a job's message shared with others (NULL: a call of its own)
+CREATE SEQUENCE notif_batch_id_seq;
+ALTER TABLE notif_job ADD COLUMN batch_id bigint;
+ALTER TABLE notif_attempt ADD COLUMN batch_id bigint;
+
+COMMENT ON COLUMN notif_job.batch_id IS 'the batch its last call went in (the same for every message of that call); NULL: a call of its own';
+COMMENT ON COLUMN notif_attempt.batch_id IS 'the batch the call''s message went in; NULL: a call of its own';
+
+CREATE OR REPLACE VIEW notif_calls AS
+SELECT a.job_id, a.try, a.started_at, a.ended_at, a.outcome, a.http_status, a.error, a.provider,
+       a.batch_id
+  FROM notif_attempt a
+UNION ALL
+-- a first call that was accepted: its job row, not notif_attempt, holds it
+SELECT j.id, 1, j.last_started_at, j.last_ended_at, j.outcome, j.http_status, NULL::text, j.provider,
+       j.batch_id
+  FROM notif_job j
+ WHERE j.earlier_tries + j.tries = 1 AND j.outcome = 'accepted'
+   AND j.last_started_at IS NOT NULL AND j.claimed_by IS NULL;

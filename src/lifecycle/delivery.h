@@ -91,6 +91,12 @@ typedef struct NotifProviderConf
 									 * breaker; 0: no breaker */
 	int64		breaker_cooldown_ms;	/* open this long before a probe */
 	int			throttle;		/* its throttle handle (throttle.c) */
+	int			batch_max;		/* messages per call (provider/batch.c); 1: one */
+	int64		batch_wait_ms;	/* how long a due job may wait to fill a batch */
+	char	   *batch_field;	/* the body's member holding the messages;
+								 * NULL: the body is their array */
+	Jsonb	   *batch_results;	/* how the answer's per-message results are
+								 * read; NULL unless batch_max > 1 */
 } NotifProviderConf;
 
 /* a type of the lane, as read from notif_type, with its provider */
@@ -188,7 +194,17 @@ struct NotifCall
 									 * job's last call (a backup may take
 									 * this one) */
 	void	   *on_done_arg;
-	int			pool;			/* http.c's connection pool, while in flight */
+	int			pool;
+	/*
+	 * A call of a batching provider (batch_max > 1): the call that goes on
+	 * the wire carries batch, the other messages with it and how its answer
+	 * is read (provider/batch.h); each message's own call waits on it.
+	 * message is its own payload as it goes in a batch, key its job's key.
+	 */
+	struct NotifBatch *batch;
+	int64		batch_id;		/* the batch its message went in; 0: alone */
+	char	   *message;
+	char	   *key;			/* http.c's connection pool, while in flight */
 
 	/*
 	 * A call to a customer's endpoint (notif_endpoint, sender/endpoints.c):

@@ -8,7 +8,8 @@
  *      Each holds one grant of its provider's throttle until then, and
  *      starts only if its provider's circuit breaker lets it (breaker.c),
  *      which hears how each ended.  The round (round.c) records what they
- *      did.
+ *      did.  A provider batch (batch_calls.c) is one call on the wire for
+ *      several jobs' calls: the first carries the others and their grant.
  *
  *-------------------------------------------------------------------------
  */
@@ -19,6 +20,7 @@
 #include "utils/timestamp.h"
 
 #include "http/http.h"
+#include "provider/batch.h"
 #include "provider/lookup.h"
 #include "provider/request.h"
 #include "sender/breaker.h"
@@ -64,6 +66,9 @@ sender_new_call(NotifTypeConf *type, NotifClaimedJob *job, const SenderEndpoints
 		sender_endpoint_request(call, type, eps, job, key);	/* endpoints.c */
 	else
 		notif_build_request(call, &type->provider, key, job->payload);
+	call->key = key;
+	if (type->provider.batch_max > 1)
+		call->message = call->body; /* it goes in a batch (batch_calls.c) */
 	/*
 	 * a retry after an unknown outcome: first ask the provider that took
 	 * that call (lookup.c), whichever takes this one; found, no call (a
@@ -93,6 +98,8 @@ sender_free_call(NotifCall *call)
 {
 	notif_free_request(call);
 	sender_endpoint_wipe(call);
+	if (call->batch)
+		notif_batch_free(call->batch);
 	MemoryContextDelete(call->cxt);
 }
 
@@ -174,6 +181,77 @@ start_call(NotifCall *call, TimestampTz now)
 }
 
 /*
+ * A message of a batch that does not go: recorded with this outcome (the
+ * call that carries the batch holds the grant).
+ */
+static void
+set_aside(NotifCall *call, NotifOutcome outcome, TimestampTz now)
+{
+	probe_unused(call);
+	call->outcome = outcome;
+	call->started_at = call->ended_at = now;
+	dlist_push_tail(&sender.finished, &call->node);
+}
+
+/*
+ * Start the call of a batch (batch_calls.c): its messages that may still
+ * go, the first of them on the wire carrying the others (its body written
+ * again without those that may not); none, or the call cannot start: each
+ * message is recorded as not sent, and the call's grant given back.
+ */
+static void
+start_batch(NotifCall *carrier, TimestampTz now)
+{
+	NotifBatch *b = carrier->batch;
+	NotifCall **go = palloc(sizeof(NotifCall *) * b->n);
+	bool		refused = breaker_refuses(carrier, now);
+	int			n_go = 0;
+	int			i;
+
+	for (i = 0; i < b->n; i++)
+	{
+		NotifCall  *m = b->calls[i];
+
+		if (refused)
+		{
+			m->job.breaker_open = true;
+			m->retry_after_ms = carrier->retry_after_ms;
+		}
+		else if (notif_call_may_start(m->job.delivery, m->job.deadline_at, &m->job.dedup, now))
+		{
+			go[n_go++] = m;
+			continue;
+		}
+		if (m != carrier)
+			set_aside(m, refused ? OUTCOME_UNREACHED : OUTCOME_NOT_STARTED, now);
+	}
+	if (n_go > 0 && n_go < b->n)
+		notif_batch_keep(b, go, n_go);
+	if (n_go > 0 && notif_http_start(go[0]))
+	{
+		pg_atomic_fetch_add_u32(&sender.slot->inflight, 1);
+		if (go[0] != carrier)
+			set_aside(carrier, OUTCOME_NOT_STARTED, now);
+		pfree(go);
+		return;
+	}
+	/* nothing goes: each message not sent, the grant back */
+	for (i = 1; i < n_go; i++)
+	{
+		go[i]->error = go[0]->error;
+		set_aside(go[i], OUTCOME_UNREACHED, now);
+	}
+	if (n_go > 0 && go[0] != carrier)
+	{
+		set_aside(go[0], OUTCOME_UNREACHED, now);
+		sender_never_started(carrier, refused ? OUTCOME_UNREACHED : OUTCOME_NOT_STARTED);
+	}
+	else
+		sender_never_started(carrier, n_go > 0 || refused ? OUTCOME_UNREACHED : OUTCOME_NOT_STARTED);
+	pfree(go);
+}
+
+/*
  * The claimed calls, once their claim has committed.  A call with a status
  * lookup to ask (lookup.c) starts that instead; the lookup holds the call's
  * grant meanwhile (the two are never in flight together).
@@ -190,6 +268,11 @@ sender_start_claimed(void)
 		NotifOutcome not_started;
 
 		dlist_delete(&call->node);
+		if (call->batch && call->batch->n > 1)
+		{
+			start_batch(call, now);
+			continue;
+		}
 		if (call->lookup_url && notif_call_may_start(call->job.delivery, call->job.deadline_at,
 													 &call->job.dedup, now) &&
 			!breaker_refuses(call, now) &&
@@ -280,6 +363,7 @@ sender_collect_finished(void)
 		pg_atomic_fetch_sub_u32(&sender.slot->inflight, 1);
 		pg_atomic_fetch_add_u64(&sender.slot->sent, 1);
 		dlist_push_tail(&sender.finished, &call->node);
+		sent += sender_batch_ended(call);	/* its other messages, if a batch */
 		room_freed();
 	}
 	if (sent > 0)
@@ -312,6 +396,7 @@ sender_discard_claimed(void)
 		dlist_delete(&call->node);
 		probe_unused(call);
 		notif_throttle_release(call->throttle, 1, true);
+		sender_batch_discard(call);
 		sender_free_call(call);
 	}
 }

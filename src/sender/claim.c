@@ -12,7 +12,9 @@
  *      retry made for that provider's deduplication window (an
  *      at_most_once one waits for it).  Half-open, a route takes one job,
  *      its probe.  When no route takes calls, the type's jobs wait and the
- *      late ones still expire.  The calls start after the round commits.
+ *      late ones still expire.  A batching provider's jobs are grouped
+ *      into calls of batch_max (batch_calls.c).  The calls start after the
+ *      round commits.
  *
  *-------------------------------------------------------------------------
  */
@@ -196,10 +198,13 @@ sender_claim_jobs(void)
 		int			probe_start[MAX_ROUTES];
 		int			probe_stay[MAX_ROUTES];
 		bool		probe = false;
+		NotifCall **batched = NULL;
 		int			k,
 					want,
 					pool_room,
 					granted,
+					limit,
+					n_batched = 0,
 					n,
 					j;
 
@@ -239,6 +244,8 @@ sender_claim_jobs(void)
 			more = true;
 			break;
 		}
+		if (!sender_batch_ready(type, now, &next))
+			continue;			/* batch_wait: its jobs may fill a batch yet */
 		want = Min(room, notif_batch_size);
 		pool_room = pool_room_left(i, claimed);
 		if (pool_room <= 0)
@@ -289,12 +296,16 @@ sender_claim_jobs(void)
 
 		sender.grant_slot = type->provider.throttle;
 		sender.grant_left = granted;
-		n = notif_sql_claim(type->code, type->delivery, granted, false,
+		/* a batching provider's calls carry up to batch_max jobs each (batch_calls.c) */
+		limit = probe ? granted : sender_batch_claim_limit(type, granted);
+		n = notif_sql_claim(type->code, type->delivery, limit, false,
 							type->n_routes > 1 ? &claim_route : NULL, type->provider.name,
 							sender.incarnation, snapshot, sender.round_cxt, &jobs);
 		sender_outcomes_of_late(jobs, n);
 		sender_fallbacks_of_late(jobs, n);
 		endpoints = sender_claim_endpoints(type, jobs, n);	/* NULL: not needed */
+		if (type->provider.batch_max > 1)
+			batched = palloc(sizeof(NotifCall *) * Max(n, 1));
 
 		for (j = 0; j < n; j++)
 		{
@@ -303,6 +314,11 @@ sender_claim_jobs(void)
 			if (jobs[j].deadline_passed)
 				continue;		/* claim_late: expired, no call */
 			call = sender_new_call(type, &jobs[j], endpoints);
+			if (batched)
+			{
+				batched[n_batched++] = call;	/* grouped below */
+				continue;
+			}
 			call->probe = probe;
 			if (probe)
 				sender.probe_held = -1; /* the call carries it */
@@ -312,6 +328,20 @@ sender_claim_jobs(void)
 			room--;
 			claimed[i]++;
 		}
+		if (batched)
+		{
+			int			calls = sender_batch_group(type, batched, n_batched, granted);
+
+			if (probe && calls > 0)
+			{
+				batched[0]->probe = true;	/* one job: its call is the probe */
+				sender.probe_held = -1;
+				probe = false;
+			}
+			sender.grant_left -= calls;
+			room -= calls;
+			claimed[i] += calls;
+		}
 		notif_throttle_release(sender.grant_slot, sender.grant_left, true);
 		sender.grant_left = 0;
 		if (probe)
@@ -320,7 +350,7 @@ sender_claim_jobs(void)
 
 		if (claimed[i] >= pool_room)
 			sender.claim_when_call_ends = true; /* its calls fill the pool */
-		else if (n == granted)
+		else if (n == limit)
 		{
 			/*
 			 * There may be more due: claim again as soon as there is room

@@ -217,6 +217,7 @@ sender_finished_results(NotifResult **out)
 					call->http_status, error, call->started_at, call->ended_at,
 					retry_after, now, was_reported);
 		/* found by the lookup: the provider asked has it (maybe not this call's) */
+		results[n].batch_id = call->batch_id;
 		results[n++].provider = (call->job.lookup == LOOKUP_FOUND && call->lookup_provider) ?
 			call->lookup_provider : call->provider;
 	}

@@ -73,7 +73,9 @@ typedef struct NotifSender
 	bool		config_stale;
 
 	/*
-	 * Calls.  Every call is on exactly one list, or in flight in http.c:
+	 * Calls.  Every call is on exactly one list, or in flight in http.c
+	 * (or carried by the first call of its provider batch, which holds
+	 * the batch's one slot: batch_calls.c):
 	 * claimed (its claim is not committed yet: it must not start),
 	 * finished (its result is not committed yet), passed (its result was
 	 * not recorded because another session holds its job's row: back to
@@ -203,6 +205,13 @@ extern void sender_collect_finished(void);
 extern void sender_discard_claimed(void);
 extern void sender_drive_calls(bool sockets_ready);
 extern void sender_drop_calls(void);
+
+/* sender/batch_calls.c: provider batches */
+extern int	sender_batch_group(NotifTypeConf *type, NotifCall **calls, int n, int granted);
+extern int	sender_batch_claim_limit(const NotifTypeConf *type, int granted);
+extern bool sender_batch_ready(const NotifTypeConf *type, TimestampTz now, TimestampTz *next);
+extern int	sender_batch_ended(NotifCall *carrier);
+extern void sender_batch_discard(NotifCall *carrier);
 
 /* sender/batch.c */
 extern TimestampTz sender_record_due(bool woken);

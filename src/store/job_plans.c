@@ -269,6 +269,31 @@ notif_sql_reported(const int64 *ids, int n, int *n_out)
 	return spi_col_int8_array(0, 1, n_out);
 }
 
+/* n new batch ids (provider batches: sender/batch_calls.c), into ids[] */
+void
+notif_sql_batch_ids(int n, int64 *ids)
+{
+	Datum		values[1] = {Int32GetDatum(n)};
+	int64	   *got;
+	int			n_got = 0;
+
+	run(PLAN_BATCH_IDS, values, NULL, false, SPI_OK_SELECT);
+	got = spi_col_int8_array(0, 1, &n_got);
+	if (n_got != n)
+		elog(ERROR, "notif_deliver: %d batch ids asked, %d given", n, n_got);
+	memcpy(ids, got, sizeof(int64) * n);
+}
+
+/* How many jobs of a type are due now, counted up to "most". */
+int
+notif_sql_due_count(const char *kind, int most)
+{
+	Datum		values[2] = {CStringGetTextDatum(kind), Int32GetDatum(most)};
+
+	run(PLAN_DUE_COUNT, values, NULL, true, SPI_OK_SELECT);
+	return spi_col_int(0, 1);
+}
+
 /* When the earliest queued job of a type is due; 0 if none is queued. */
 TimestampTz
 notif_sql_next_due(const char *kind)

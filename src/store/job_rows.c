@@ -142,6 +142,8 @@ notif_record_arrays(const NotifResult *results, int n, Datum *values)
 			elems[REC_PROVIDER][i] = CStringGetTextDatum(r->provider);
 		else
 			nulls[REC_PROVIDER][i] = true;
+		elems[REC_BATCH][i] = Int64GetDatum(r->batch_id);
+		nulls[REC_BATCH][i] = (r->batch_id == 0);
 		resolved_by = notif_resolution_name(r->next.resolution);
 		if (resolved_by)
 			elems[REC_RESOLVED_BY][i] = CStringGetTextDatum(resolved_by);

@@ -69,7 +69,10 @@ static const char *const sql_lane_types =
 "       EXISTS (SELECT FROM %s.notif_type f WHERE f.fallback_type IS NOT NULL),"
 "       p.apns_topics, p.fcm_topics,"
 "       EXISTS (SELECT FROM %s.notif_type e WHERE e.emit_outcomes),"
-"       t.endpoint_by"
+"       t.endpoint_by,"
+"       CASE WHEN p.format = 'json' AND p.batch_results IS NOT NULL"
+"            THEN coalesce(p.batch_max, 1) ELSE 1 END,"
+"       (extract(epoch FROM p.batch_wait) * 1000)::int8, p.batch_format ->> 'field', p.batch_results"
 "  FROM %s.notif_type t"
 "  CROSS JOIN LATERAL (SELECT ARRAY[t.provider] || coalesce(t.backup_providers, '{}') AS routes) rs"
 "  CROSS JOIN LATERAL unnest(rs.routes) WITH ORDINALITY AS r(name, route)"
@@ -221,6 +224,7 @@ static const char *const sql_record =
 "           last_started_at = CASE WHEN r.outcome IS NULL THEN j.last_started_at ELSE r.started_at END,"
 "           last_ended_at = CASE WHEN r.outcome IS NULL THEN j.last_ended_at ELSE r.ended_at END,"
 "           provider = CASE WHEN r.outcome IS NULL THEN j.provider ELSE coalesce(r.provider, j.provider) END,"
+"           batch_id = CASE WHEN r.outcome IS NULL THEN j.batch_id ELSE r.batch_id END,"
 "           resolved_by = CASE WHEN r.resolves THEN r.resolved_by ELSE j.resolved_by END"
 "      FROM r"
 "     WHERE j.id = r.id"
@@ -233,8 +237,8 @@ static const char *const sql_record =
 "    DELETE FROM %s.notif_active a"
 "     WHERE a.job_id = ANY (ARRAY (SELECT u.id FROM upd u WHERE u.status <> 'queued'))),"
 " att AS ("
-"    INSERT INTO %s.notif_attempt (job_id, try, started_at, ended_at, outcome, http_status, error, provider)"
-"    SELECT r.id, r.attempt, r.started_at, r.ended_at, r.outcome, r.http_status, r.error, r.provider"
+"    INSERT INTO %s.notif_attempt (job_id, try, started_at, ended_at, outcome, http_status, error, provider, batch_id)"
+"    SELECT r.id, r.attempt, r.started_at, r.ended_at, r.outcome, r.http_status, r.error, r.provider, r.batch_id"
 "      FROM r WHERE r.outcome IS NOT NULL AND r.attempt IS NOT NULL"
 "       AND (r.attempt <> 1 OR r.outcome <> 'accepted'"
 "            OR NOT EXISTS (SELECT FROM upd WHERE upd.id = r.id))"
@@ -362,6 +366,16 @@ static const char *const sql_reported =
 "SELECT ARRAY (SELECT DISTINCT d.job_id FROM %s.notif_dlr d"
 "               WHERE d.job_id = ANY ($1) AND d.delivered)";
 
+/* $1 ids for provider batches, each the batch_id of one call's messages */
+static const char *const sql_batch_ids =
+"SELECT ARRAY (SELECT nextval('%s.notif_batch_id_seq'::regclass) FROM generate_series(1, $1))";
+
+/* how many of a type's jobs are due now, counted up to $2 (batch_wait) */
+static const char *const sql_due_count =
+"SELECT count(*)::int4 FROM (SELECT FROM %s.notif_active a"
+"                             WHERE a.kind = $1 AND a.claimed_by IS NULL AND a.next_at <= now()"
+"                             LIMIT $2) d";
+
 static const char *const sql_next_due =
 "SELECT (SELECT a.next_at FROM %s.notif_active a"
 "         WHERE a.kind = $1 AND a.claimed_by IS NULL"
@@ -483,5 +497,7 @@ PlanDef		notif_plans[N_PLANS] = {
 	[PLAN_ENDPOINTS] = {&notif_sql_endpoints_text, NULL, 1, {TEXTARRAYOID}},
 	[PLAN_ENDPOINT_RESULTS] = {&notif_sql_endpoint_results_text, NULL, 4,
 	{TEXTARRAYOID, BOOLARRAYOID, TIMESTAMPTZARRAYOID, INT8OID}},
+	[PLAN_BATCH_IDS] = {&sql_batch_ids, NULL, 1, {INT4OID}},
+	[PLAN_DUE_COUNT] = {&sql_due_count, NULL, 2, {TEXTOID, INT4OID}},
 };
 

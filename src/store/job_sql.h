@@ -68,6 +68,7 @@ typedef struct NotifResult
 	long		http_status;
 	const char *error;
 	const char *provider;		/* the provider that took the call, or NULL */
+	int64		batch_id;		/* the batch its message went in; 0: none */
 	TimestampTz sent_at;		/* 0: keep */
 	TimestampTz started_at;
 	TimestampTz ended_at;
@@ -97,7 +98,8 @@ extern char *notif_sql_wrong_version;
 	C(RESOLVES, resolves, BOOLOID, BOOLARRAYOID, "bool") \
 	C(RESOLVED_BY, resolved_by, TEXTOID, TEXTARRAYOID, "text") \
 	C(KEEPS_OUTCOME, keeps_outcome, BOOLOID, BOOLARRAYOID, "bool") \
-	C(PROVIDER, provider, TEXTOID, TEXTARRAYOID, "text")
+	C(PROVIDER, provider, TEXTOID, TEXTARRAYOID, "text") \
+	C(BATCH, batch_id, INT8OID, INT8ARRAYOID, "int8")
 
 #define AS_ENUM(e, name, elem, array, sqltype) REC_##e,
 enum
@@ -133,6 +135,8 @@ extern int	notif_sql_orphans(const int64 *live, int n_live,
 extern int64 notif_sql_max_holder(void);
 extern int64 notif_sql_build_active(void);
 extern TimestampTz notif_sql_next_due(const char *kind);
+extern void notif_sql_batch_ids(int n, int64 *ids);
+extern int	notif_sql_due_count(const char *kind, int most);
 extern int64 *notif_sql_reported(const int64 *ids, int n, int *n_out);
 /* the lanes that need a sender, each with its notif_lane.senders (0: the setting's) */
 extern int	notif_sql_lanes(MemoryContext cxt, char ***out, int **senders);

@@ -183,6 +183,23 @@ notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out)
 		}
 		t->any_outcomes = DatumGetBool(spi_col(i, 41, &isnull));
 		t->endpoint_by = spi_col_text(i, 42, cxt);
+		/*
+		 * provider batches (provider/batch.c): 1 for a provider that does not
+		 * batch, and for a type with endpoints (each job has its own url)
+		 */
+		t->provider.batch_max = Max(spi_col_int(i, 43), 1);
+		t->provider.batch_wait_ms = spi_col_int(i, 44);
+		t->provider.batch_field = spi_col_text(i, 45, cxt);
+		d = spi_col(i, 46, &isnull);
+		if (!isnull && t->provider.batch_max > 1 && t->endpoint_by == NULL)
+		{
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+
+			t->provider.batch_results = DatumGetJsonbPCopy(d);
+			MemoryContextSwitchTo(old);
+		}
+		else
+			t->provider.batch_max = 1;
 	}
 	*out = types;
 	return (int) SPI_processed;

@@ -153,6 +153,7 @@
 #include <unistd.h>
 
 #include "sim_resolve.h"
+#include "sim_batch.h"
 
 #define MAX_HEAD_SIZE		(64 * 1024)			/* request line + headers */
 #define MAX_BODY_SIZE		(64 * 1024 * 1024)	/* decoded body */
@@ -607,6 +608,8 @@ typedef struct SimStats
 	uint64_t	status_5xx;
 	uint64_t	malformed;
 	uint64_t	answered;		/* answers written (a delayed one when its delay ends) */
+	uint64_t	batch_calls;	/* requests to /batch */
+	uint64_t	batch_messages; /* the messages they carried */
 	int64_t		inflight;		/* gauge: requests held right now */
 	int64_t		connections_open;	/* gauge */
 } SimStats;
@@ -680,7 +683,8 @@ typedef enum Endpoint
 	EP_HEALTH,
 	EP_LAST,
 	EP_DLRS,
-	EP_LOOKUP					/* /status and /status/...: not a control endpoint */
+	EP_LOOKUP,					/* /status and /status/...: not a control endpoint */
+	EP_BATCH					/* /batch and /batch...: many messages a request */
 } Endpoint;
 
 typedef enum Method
@@ -699,7 +703,8 @@ typedef enum Fault
 	FAULT_TIMEOUT_DELIVERED,
 	FAULT_RESET,
 	FAULT_RESET_DELIVERED,
-	FAULT_STATUS				/* answer Request.fault_status */
+	FAULT_STATUS,				/* answer Request.fault_status */
+	FAULT_GARBLED				/* a batch: 200 with a body that is not its results */
 } Fault;
 
 typedef enum ChunkState
@@ -1205,6 +1210,7 @@ parse_fault(Request *r, const char *v, size_t n)
 		{"timeout_delivered", FAULT_TIMEOUT_DELIVERED},
 		{"reset", FAULT_RESET},
 		{"reset_delivered", FAULT_RESET_DELIVERED},
+		{"garbled", FAULT_GARBLED},
 	};
 	static const int statuses[] = {301, 302, 307, 400, 408, 429, 500, 502, 503, 504};
 	int64_t		status;
@@ -1380,6 +1386,8 @@ classify_path(const char *p, size_t n)
 		return EP_DLRS;
 	if (token_eq(p, n, "/status") || (n >= 8 && strncasecmp(p, "/status/", 8) == 0))
 		return EP_LOOKUP;
+	if (n >= 6 && strncasecmp(p, "/batch", 6) == 0)
+		return EP_BATCH;
 	return EP_SIM;
 }
 
@@ -1855,10 +1863,11 @@ format_stats(Buf *out)
 			   "status_4xx %" PRIu64 "\n"
 			   "status_429 %" PRIu64 "\nstatus_5xx %" PRIu64 "\ninflight %" PRId64 "\n"
 			   "connections_open %" PRId64 "\nkeys %zu\nmalformed %" PRIu64 "\n"
-			   "answered %" PRIu64 "\n",
+			   "answered %" PRIu64 "\nbatch_calls %" PRIu64 "\nbatch_messages %" PRIu64 "\n",
 			   s->requests, s->delivered, s->timeouts, s->resets, s->status_2xx,
 			   s->status_3xx, s->status_4xx, s->status_429, s->status_5xx, s->inflight,
-			   s->connections_open, sim.ledger.count, s->malformed, s->answered);
+			   s->connections_open, sim.ledger.count, s->malformed, s->answered,
+			   s->batch_calls, s->batch_messages);
 	resolve_stats_format(out);
 }
 
@@ -2146,6 +2155,7 @@ handle_control(Conn *c)
 			}
 		case EP_SIM:
 		case EP_LOOKUP:
+		case EP_BATCH:
 			break;
 	}
 	sim_unlock();
@@ -2192,6 +2202,7 @@ decide_forced(const Request *r, const SimConfig *cfg, uint64_t received, Outcome
 	{
 		case FAULT_RANDOM:
 		case FAULT_OK:
+		case FAULT_GARBLED:
 			outcome_status(o, 200, -1);
 			o->deliver = true;
 			return;
@@ -2543,6 +2554,147 @@ simulate(Conn *c, const char *body, size_t body_len)
 }
 
 /*
+ * POST /batch: many messages in one request (sim_batch.c reads them), each
+ * recorded in the ledger under its "ref" member (else "body:" and its
+ * hash).  The call's outcome is decided once, as for /send, from its
+ * X-Sim-Fault or the drawn faults (a held call, a reset, a status): each
+ * message is delivered when the call's outcome says so, but a message
+ * whose "sim" member is "reject" or "unknown" (never) or "drop" and
+ * "unknown_delivered" (always, unless the call was refused).  A 200
+ * answers {"results": [{"ref": K, "status": S}, ...]} in the messages'
+ * order (X-Sim-Batch-Order: reverse, the reverse), S "accepted",
+ * "rejected" or "pending" (unknown), no result for "drop"; with
+ * X-Sim-Fault: garbled, a 200 whose body is not JSON.  A body that is not
+ * a batch: 400, not counted.
+ */
+static void
+simulate_batch(Conn *c, const char *body, size_t body_len)
+{
+	Request    *r = &c->req;
+	const SimConfig *cfg = &sim.config;
+	Buf		   *key = &c->worker->keybuf;
+	Buf		   *out = &c->worker->scratch;
+	SimMessage *msgs;
+	char	  **keys;
+	size_t	   *key_lens;
+	Outcome		o;
+	int			n,
+				i,
+				delay_ms,
+				hold_ms;
+	int64_t		now_us = monotonic_us();
+	bool		reverse = false;
+
+	/* the messages point into the request's bytes */
+	msgs = xcalloc(SIM_BATCH_MAX, sizeof(SimMessage));
+	n = sim_batch_parse(body, body_len, "ref", msgs);
+	if (n < 0)
+	{
+		append_text(&c->out, r, 400, "not a batch: a JSON array of objects, or an object with one\n");
+		free(msgs);
+		if (!r->keep_alive)
+			c->close_mode = CLOSE_GRACEFUL;
+		finish_request(c);
+		return;
+	}
+	/* X-Sim-Batch-Order: reverse (as spelled here) */
+	reverse = memmem(c->in.data, r->head_len, "X-Sim-Batch-Order: reverse", 26) != NULL;
+	keys = xcalloc(n + 1, sizeof(char *));
+	key_lens = xcalloc(n + 1, sizeof(size_t));
+	for (i = 0; i < n; i++)
+	{
+		key->len = 0;
+		if (msgs[i].key)
+			ledger_key_escape(msgs[i].key, msgs[i].key_len, key);
+		else
+			buf_printf(key, "body:%016" PRIx64, fnv1a(msgs[i].text, msgs[i].len));
+		keys[i] = xcalloc(key->len + 1, 1);
+		memcpy(keys[i], key->data, key->len);
+		key_lens[i] = key->len;
+	}
+
+	sim_lock();
+	memset(&o, 0, sizeof(o));
+	o.retry_after = -1;
+	sim.stats.requests++;
+	sim.stats.batch_calls++;
+	sim.stats.batch_messages += n;
+	if (r->fault != FAULT_RANDOM || r->fail_first >= 0)
+	{
+		LedgerEntry *first = n > 0 ? ledger_find(&sim.ledger, keys[0], key_lens[0]) : NULL;
+
+		decide_forced(r, cfg, (first ? first->received : 0) + 1, &o);
+	}
+	else
+		decide_random(r, cfg, &o);
+	for (i = 0; i < n; i++)
+	{
+		LedgerEntry *e = ledger_receive(&sim.ledger, keys[i], key_lens[i],
+										fnv1a(msgs[i].text, msgs[i].len));
+		bool		deliver = o.deliver;
+
+		ledger_record_last(e, c->in.data, r->head_len, msgs[i].text, msgs[i].len);
+		if (msgs[i].fault == MSG_REJECT || msgs[i].fault == MSG_UNKNOWN)
+			deliver = false;
+		else if (msgs[i].fault == MSG_DROP || msgs[i].fault == MSG_UNKNOWN_DELIVERED)
+			deliver = o.action != ACT_RESPOND || o.status < 400;
+		if (deliver && !(cfg->idempotency && e->delivered > 0))
+		{
+			e->delivered++;
+			sim.stats.delivered++;
+			resolve_delivered(&cfg->resolve, &e->dedup, keys[i], key_lens[i], now_us, e->last_us);
+		}
+	}
+	count_outcome(&o);
+	delay_ms = r->latency_ms >= 0 ? r->latency_ms : answer_latency_ms(cfg);
+	hold_ms = cfg->hold_ms;
+	sim_unlock();
+
+	if (o.action == ACT_RESPOND)
+	{
+		out->len = 0;
+		c->pending.len = 0;
+		if (o.status == 200 && r->fault == FAULT_GARBLED)
+			buf_puts(out, "<html>busy</html>");
+		else if (o.status == 200)
+		{
+			bool		first = true;
+
+			buf_puts(out, "{\"results\": [");
+			for (int j = 0; j < n; j++)
+			{
+				int			m = reverse ? n - 1 - j : j;
+				const char *status = "accepted";
+
+				if (msgs[m].fault == MSG_DROP)
+					continue;
+				if (msgs[m].fault == MSG_REJECT)
+					status = "rejected";
+				else if (msgs[m].fault == MSG_UNKNOWN || msgs[m].fault == MSG_UNKNOWN_DELIVERED)
+					status = "pending";
+				buf_puts(out, first ? "{\"ref\": \"" : ", {\"ref\": \"");
+				buf_json_escaped(out, keys[m], key_lens[m]);
+				buf_printf(out, "\", \"status\": \"%s\"}", status);
+				first = false;
+			}
+			buf_puts(out, "]}");
+		}
+		else
+			buf_printf(out, "{\"status\":\"error\",\"code\":%d}", o.status);
+		append_response(&c->pending, r, o.status, "application/json", out->data, out->len,
+						o.retry_after, NULL);
+		buf_clear(out);
+	}
+	for (i = 0; i < n; i++)
+		free(keys[i]);
+	free(keys);
+	free(key_lens);
+	free(msgs);
+	buf_clear(key);
+	conn_schedule(c, o.action, delay_ms, hold_ms);
+}
+
+/*
  * GET /status/K or GET /status?ref=K: the provider's status lookup, by
  * the key header's value K (URL-decoded: %XX, and + too in ref=, not in
  * the path; then escaped like a key header, so that the ledger's
@@ -2647,6 +2799,11 @@ dispatch(Conn *c)
 	if (c->req.endpoint == EP_SIM)
 	{
 		simulate(c, body, body_len);
+		return;
+	}
+	if (c->req.endpoint == EP_BATCH)
+	{
+		simulate_batch(c, body, body_len);
 		return;
 	}
 	if (c->lookup)

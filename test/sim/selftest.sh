@@ -870,6 +870,26 @@ same "$TMP/reported.2" "$TMP/reported.1" "... the same seed loses the same keys"
 stop_sim
 is "$STOP_RC" 0 "SIGTERM: exit 0"
 
+# ---------------------------------------------------------------- batches (sim_batch.c)
+
+start_sim
+resp=$(curl -s -d '{"messages": [{"ref": "bt:1:a", "text": "x"}, {"ref": "bt:1:b", "sim": "reject"}, {"ref": "bt:1:c", "sim": "unknown"}, {"ref": "bt:1:d", "sim": "unknown_delivered"}, {"ref": "bt:1:e", "sim": "drop"}]}' "$BASE/batch")
+is "$resp" '{"results": [{"ref": "bt:1:a", "status": "accepted"}, {"ref": "bt:1:b", "status": "rejected"}, {"ref": "bt:1:c", "status": "pending"}, {"ref": "bt:1:d", "status": "pending"}]}' "batch in a named field: a result per message, in order, none for drop"
+is "$(ledger bt:1:a) $(ledger bt:1:b) $(ledger bt:1:c) $(ledger bt:1:d) $(ledger bt:1:e)" \
+	"1 1 1 1 0 1 1 0 1 1 1 1 1 1 1" "batch: each message in the ledger by its ref, delivered as its result says"
+is "$(stat batch_calls) $(stat batch_messages) $(stat requests)" "1 5 1" "batch: one call, five messages"
+like "$(curl -s "$BASE/last?key=bt:1:b")" '"sim": "reject"}$' "batch: /last of a key is its message"
+resp=$(curl -s -H 'X-Sim-Batch-Order: reverse' -d '[{"ref": "br:1"}, {"ref": "br:2"}]' "$BASE/batch")
+is "$resp" '{"results": [{"ref": "br:2", "status": "accepted"}, {"ref": "br:1", "status": "accepted"}]}' "batch as an array, answered in reverse"
+is "$(curl -s -H 'X-Sim-Fault: garbled' -d '[{"ref": "bg:1"}]' "$BASE/batch")" '<html>busy</html>' "garbled: a 200 that is not the results"
+is "$(ledger bg:1)" "1 1 1" "... delivered"
+is "$(curl -s -o /dev/null -w '%{http_code}' -H 'X-Sim-Fault: 503' -d '[{"ref": "b5:1"}, {"ref": "b5:2", "sim": "drop"}]' "$BASE/batch")" 503 "a batch answered 503"
+is "$(ledger b5:1) $(ledger b5:2)" "1 0 1 1 0 1" "... delivers none"
+curl -s -m 1 -o /dev/null -H 'X-Sim-Fault: timeout_delivered' -d '[{"ref": "bh:1"}, {"ref": "bh:2", "sim": "reject"}]' "$BASE/batch"
+is "$(ledger bh:1) $(ledger bh:2)" "1 1 1 1 0 1" "a batch held, delivered: each but the rejected one"
+is "$(curl -s -o /dev/null -w '%{http_code}' -d 'nope' "$BASE/batch")" 400 "not a batch: 400"
+stop_sim
+
 # ---------------------------------------------------------------- start-up options
 
 start_sim --key-header X-Req-Id --idempotency --ledger-file "$TMP/ledger.txt" \
