@@ -60,7 +60,7 @@ sender_new_call(NotifTypeConf *type, NotifClaimedJob *job)
 	call->breaker_threshold = type->provider.breaker_threshold;
 	call->breaker_cooldown_ms = type->provider.breaker_cooldown_ms;
 	key = psprintf("%s:" INT64_FORMAT ":%s", type->code, job->user_id, job->order_id);
-	notif_build_request(call, &type->provider, key, job->payload);
+	notif_build_request(call, &type->provider, key, job->payload, job->traceparent);
 	/*
 	 * a retry after an unknown outcome: first ask the provider that took
 	 * that call (lookup.c), whichever takes this one; found, no call (a

@@ -181,6 +181,7 @@ notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out)
 			t->provider.fcm_topics = DatumGetArrayTypePCopy(d);
 			MemoryContextSwitchTo(old);
 		}
+		t->provider.signing = DatumGetBool(spi_col(i, 41, &isnull));
 	}
 	*out = types;
 	return (int) SPI_processed;
