@@ -298,6 +298,7 @@ notif_webhook_credentials_check(const char *signing, bool has_auth, Jsonb *crede
 	const char **secrets = NULL;
 	char	   *error = NULL;
 	int			n;
+	int			i;
 
 	if (strcmp(signing, "standard_webhooks") != 0)
 		return;					/* the signing column's own CHECK names it */
@@ -313,6 +314,11 @@ notif_webhook_credentials_check(const char *signing, bool has_auth, Jsonb *crede
 				 errmsg("signing \"%s\" needs credentials", signing),
 				 errhint("Set notif_provider.credentials to {\"secrets\": [\"whsec_...\"]} in the same statement.")));
 	n = notif_webhook_secrets(credentials, &secrets, &error);
+	for (i = 0; i < n; i++)
+	{
+		explicit_bzero((char *) secrets[i], strlen(secrets[i]));
+		pfree((char *) secrets[i]);
+	}
 	if (n < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_CHECK_VIOLATION),
