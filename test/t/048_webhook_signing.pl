@@ -15,7 +15,9 @@
 #   malformed secrets are refused (23514) without the secret in the error;
 #   no secret in the server log or any table but notif_provider;
 #   traceparent: on every call of its job (signed or not, the simulator's
-#   last_request too), refused with 22023 when malformed, nothing written.
+#   last_request too), refused with 22023 when malformed, nothing written;
+#   the update from 1.3 gives the new notif_enqueue functions (a sixth
+#   argument) the EXECUTE grants of the old, grant options too.
 use strict;
 use warnings;
 use lib 'test/lib/perl';
@@ -218,6 +220,23 @@ is(sql($node, 'SELECT count(*) FROM notif_job'), $jobs, 'no job written for a ma
 	q{INSERT INTO notif_job (user_id, kind, order_id, payload, next_at, traceparent)
 	  VALUES (9, 'plain', 'x', '{}', now(), E'00-x\r\nX-Injected: 1')});
 like($err, qr/notif_job_traceparent_check/, 'a job written by hand is held to the rule too');
+
+# --- the update from 1.3 gives the new notif_enqueue the old one's grants ---
+$node->safe_psql('postgres', 'CREATE DATABASE upg');
+$node->safe_psql('upg', q{CREATE ROLE enq_app; CREATE ROLE enq_admin;
+	CREATE EXTENSION notif_deliver VERSION '1.3';
+	GRANT EXECUTE ON FUNCTION notif_enqueue(bigint, text, text, jsonb, timestamptz) TO enq_app;
+	GRANT EXECUTE ON FUNCTION notif_enqueue(bigint, text, bigint, jsonb, timestamptz) TO enq_admin WITH GRANT OPTION;
+	ALTER EXTENSION notif_deliver UPDATE});
+is($node->safe_psql('upg', q{SELECT string_agg(format('%s %s %s %s', r, t,
+		has_function_privilege(r, format('notif_enqueue(bigint, text, %s, jsonb, timestamptz, text)', t), 'EXECUTE'),
+		has_function_privilege(r, format('notif_enqueue(bigint, text, %s, jsonb, timestamptz, text)', t), 'EXECUTE WITH GRANT OPTION')),
+		', ' ORDER BY r, t)
+	FROM unnest('{enq_admin,enq_app,public}'::text[]) r, unnest('{bigint,text}'::text[]) t}),
+	'enq_admin bigint t t, enq_admin text f f, enq_app bigint f f, enq_app text t f, public bigint f f, public text f f',
+	'the update from 1.3 grants EXECUTE on the new notif_enqueue to whom it was granted on the old, as it was');
+is($node->safe_psql('upg', q{SELECT count(*) FROM pg_proc WHERE proname = 'notif_enqueue'}), '2',
+	'... and the old functions are gone');
 
 # --- no secret anywhere but notif_provider ---
 # (the test's own statements, which set the secrets, are logged by
