@@ -778,3 +778,112 @@ SELECT j.id, 1, j.last_started_at, j.last_ended_at, j.outcome, j.http_status, NU
   FROM notif_job j
  WHERE j.earlier_tries + j.tries = 1 AND j.outcome = 'accepted'
    AND j.last_started_at IS NOT NULL AND j.claimed_by IS NULL;
+
+/* ---------------------------------------------------------------------
+ * Webhook signing (issue 46), and the trace context of a job
+ *
+ * signing 'standard_webhooks': every call of the provider carries the
+ * Standard Webhooks headers webhook-id (the job's key), webhook-timestamp
+ * (the attempt's, in seconds) and webhook-signature ("v1,<base64
+ * HMAC-SHA256>" of "id.timestamp.body" under each secret of
+ * credentials.secrets, space-separated), signed by provider/webhook_sign.c.
+ * The secrets are checked when the row is written (notif_credentials_check,
+ * now told the signing too: 23514 naming which secret and what is wrong,
+ * never its value).
+ *
+ * traceparent: a W3C trace context given to notif_enqueue, kept on the
+ * job and sent as the traceparent header on each of its calls.  The two
+ * notif_enqueue functions are replaced by ones with a sixth argument,
+ * traceparent text DEFAULT NULL (positional calls of five arguments or
+ * fewer mean what they meant); the EXECUTE granted on the old ones is
+ * granted again on the new.  Docs: doc/reference.md, "Webhook signing"
+ * and notif_job.traceparent.
+ * --------------------------------------------------------------------- */
+
+ALTER TABLE notif_provider
+    ADD COLUMN signing text
+        CONSTRAINT notif_provider_signing_check CHECK (signing = 'standard_webhooks'),
+    -- a push platform's request is its own; a webhook is json, form or query
+    ADD CONSTRAINT notif_provider_signing_format_check
+        CHECK (signing IS NULL OR (format IN ('json', 'form', 'query') AND auth IS NULL));
+
+COMMENT ON COLUMN notif_provider.signing IS 'standard_webhooks: every call carries webhook-id, webhook-timestamp and webhook-signature, signed with each of credentials.secrets; NULL: unsigned';
+COMMENT ON COLUMN notif_provider.credentials IS 'auth: the service-account JSON file, or {key_id, team_id, private_key} of an APNs .p8 key; signing: {"secrets": ["whsec_...", ...]}';
+
+-- the credentials CHECK, told the signing as well as the auth method (a
+-- call with two arguments, checking a credentials file, works as before)
+ALTER TABLE notif_provider DROP CONSTRAINT notif_provider_credentials_check;
+DROP FUNCTION notif_credentials_check(text, jsonb);
+
+CREATE FUNCTION notif_credentials_check(auth text, credentials jsonb, signing text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE c IMMUTABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'notif_credentials_check';
+
+COMMENT ON FUNCTION notif_credentials_check(text, jsonb, text) IS 'CHECK of notif_provider: credentials suit their auth method, or hold the signing secrets';
+
+ALTER TABLE notif_provider
+    ADD CONSTRAINT notif_provider_credentials_check
+    CHECK (notif_credentials_check(auth, credentials, signing));
+
+/*
+ * A job's W3C trace context (version 00), as notif_enqueue checks it; a
+ * row written another way is held to it too: it travels in an HTTP header.
+ */
+ALTER TABLE notif_job
+    ADD COLUMN traceparent text,
+    ADD CONSTRAINT notif_job_traceparent_check
+    CHECK (traceparent ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
+           AND substr(traceparent, 4, 32) <> '00000000000000000000000000000000'
+           AND substr(traceparent, 37, 16) <> '0000000000000000') NOT VALID;
+
+COMMENT ON COLUMN notif_job.traceparent IS 'the W3C traceparent given at enqueue, sent as the traceparent header on each call; NULL: none';
+
+/*
+ * The new notif_enqueue functions are made beside the old ones, given the
+ * EXECUTE grants of the old (aclexplode: each grantee, PUBLIC too), then
+ * the old are dropped.
+ */
+CREATE FUNCTION notif_enqueue(user_id bigint, kind text, order_id text,
+                              payload jsonb DEFAULT '{}',
+                              not_before timestamptz DEFAULT NULL,
+                              traceparent text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE c VOLATILE SECURITY DEFINER
+AS 'MODULE_PATHNAME', 'notif_enqueue';
+
+CREATE FUNCTION notif_enqueue(user_id bigint, kind text, order_id bigint,
+                              payload jsonb DEFAULT '{}',
+                              not_before timestamptz DEFAULT NULL,
+                              traceparent text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE c VOLATILE SECURITY DEFINER
+AS 'MODULE_PATHNAME', 'notif_enqueue_bigint';
+
+COMMENT ON FUNCTION notif_enqueue(bigint, text, text, jsonb, timestamptz, text) IS 'enqueue a notification; a repeated (user_id, kind, order_id) returns the existing job id';
+COMMENT ON FUNCTION notif_enqueue(bigint, text, bigint, jsonb, timestamptz, text) IS 'enqueue a notification; a repeated (user_id, kind, order_id) returns the existing job id';
+
+REVOKE ALL ON FUNCTION notif_enqueue(bigint, text, text, jsonb, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION notif_enqueue(bigint, text, bigint, jsonb, timestamptz, text) FROM PUBLIC;
+
+DO $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END AS grantee,
+                    a.is_grantable, format_type(p.proargtypes[2], NULL) AS order_id_type
+               FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+              WHERE p.proname = 'notif_enqueue' AND p.pronargs = 5
+                AND p.pronamespace = '@extschema@'::regnamespace
+                AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
+              ORDER BY 3, 1
+    LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION @extschema@.notif_enqueue(bigint, text, %s, jsonb, timestamptz, text) TO %s%s',
+                       g.order_id_type, g.grantee,
+                       CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END;
+$$;
+
+DROP FUNCTION notif_enqueue(bigint, text, text, jsonb, timestamptz);
+DROP FUNCTION notif_enqueue(bigint, text, bigint, jsonb, timestamptz);

@@ -4,8 +4,8 @@
 CREATE ROLE notif_app LOGIN;
 CREATE ROLE notif_nobody LOGIN;
 GRANT USAGE ON SCHEMA public TO notif_app, notif_nobody;
-GRANT EXECUTE ON FUNCTION notif_enqueue(bigint, text, text, jsonb, timestamptz),
-                          notif_enqueue(bigint, text, bigint, jsonb, timestamptz)
+GRANT EXECUTE ON FUNCTION notif_enqueue(bigint, text, text, jsonb, timestamptz, text),
+                          notif_enqueue(bigint, text, bigint, jsonb, timestamptz, text)
    TO notif_app;
 
 -- enqueue is not granted to PUBLIC
@@ -60,8 +60,8 @@ SELECT count(*) AS visible FROM notif_job WHERE user_id = 5000;
 RESET ROLE;
 
 REVOKE ALL ON notif_job FROM notif_nobody;
-REVOKE ALL ON FUNCTION notif_enqueue(bigint, text, text, jsonb, timestamptz),
-                       notif_enqueue(bigint, text, bigint, jsonb, timestamptz)
+REVOKE ALL ON FUNCTION notif_enqueue(bigint, text, text, jsonb, timestamptz, text),
+                       notif_enqueue(bigint, text, bigint, jsonb, timestamptz, text)
     FROM notif_app;
 REVOKE USAGE ON SCHEMA public FROM notif_app, notif_nobody;
 DROP ROLE notif_app;

@@ -172,7 +172,7 @@ DELETE FROM notif_unregistered WHERE reported_at < now() - interval '30 days';
 -- the enqueue-only role can read neither the credentials nor the dead tokens
 CREATE ROLE notif_push_app;
 GRANT USAGE ON SCHEMA public TO notif_push_app;
-GRANT EXECUTE ON FUNCTION notif_enqueue(bigint, text, text, jsonb, timestamptz) TO notif_push_app;
+GRANT EXECUTE ON FUNCTION notif_enqueue(bigint, text, text, jsonb, timestamptz, text) TO notif_push_app;
 SET ROLE notif_push_app;
 SELECT notif_enqueue(2, 'fcm_msg', 'app', '{"topic": "news"}') > 0 AS enqueued;
 SELECT try($$SELECT credentials FROM notif_provider$$);
@@ -180,7 +180,7 @@ SELECT try($$SELECT auth, max_connections FROM notif_provider$$);
 SELECT try($$SELECT * FROM notif_unregistered$$);
 SELECT try($$SELECT * FROM notif_unregistered_token$$);
 RESET ROLE;
-REVOKE ALL ON FUNCTION notif_enqueue(bigint, text, text, jsonb, timestamptz) FROM notif_push_app;
+REVOKE ALL ON FUNCTION notif_enqueue(bigint, text, text, jsonb, timestamptz, text) FROM notif_push_app;
 REVOKE USAGE ON SCHEMA public FROM notif_push_app;
 DROP ROLE notif_push_app;
 

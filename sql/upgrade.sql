@@ -53,9 +53,10 @@ UPDATE notif_provider SET url = 'https://sms.example.com/send' WHERE name = 'def
 -- (1.2 adds last_started_at and last_ended_at at the end, NULL: no call recorded
 -- since; 1.3 resolved_by, NULL: no ambiguous call resolved; 1.4 provider,
 -- NULL: no call recorded since, claimed_provider, NULL: not held,
--- fallback_of, NULL: enqueued by the app, and batch_id, NULL: no batch)
+-- fallback_of, NULL: enqueued by the app, batch_id, NULL: no batch, and
+-- traceparent, NULL: none given)
 SELECT count(*) AS jobs,
-       count(*) FILTER (WHERE (j.*)::text = rtrim((b.*)::text, ')') || ',,,,,,,)') AS unchanged
+       count(*) FILTER (WHERE (j.*)::text = rtrim((b.*)::text, ')') || ',,,,,,,,)') AS unchanged
   FROM notif_job j JOIN before_second_update b USING (id);
 -- the calls made before the update are still all there, in notif_calls too
 SELECT (SELECT count(*) FROM notif_attempt) AS attempts, (SELECT count(*) FROM notif_calls) AS calls;

@@ -36,17 +36,46 @@ packages=(make gcc libc6-dev postgresql-$v postgresql-server-dev-$v postgresql-c
 # the npm peers need Node 20 or newer: Debian 13 and unstable ship it (the
 # chroots of 17 and 18); on Debian 12 (Node 18) bring your own, as this
 # machine has (a node already on the PATH is used as it is)
-[ "${1:-}" = --bench ] && ! command -v node >/dev/null && [ "$v" != 15 ] && packages+=(nodejs npm)
+# Node runs the Standard Webhooks reference verifier of test/t/048 too
+! command -v node >/dev/null && [ "$v" != 15 ] && packages+=(nodejs npm)
 [ "${1:-}" = --ha ] && packages+=(patroni python3-etcd etcd-server)
 optional=(kannel kannel-extras)
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 
+# The npm packages the tests use, pinned, in one folder kept between runs
+# (NOTIF_NPM_DIR): standardwebhooks, the reference library of the Standard
+# Webhooks specification, which test/sim/webhook_receiver.js verifies each
+# signed call with (test/t/048_webhook_signing.pl).  Installed by root only,
+# once per version; anyone else is told the command.
+NPM_TEST_PACKAGES='{"standardwebhooks": "1.3.0"}'
+npm_dir=${NOTIF_NPM_DIR:-/var/cache/notif_deliver/npm}
+npm_deps()
+{
+	local want
+	want=$(printf '{ "name": "notif-test-npm", "private": true, "dependencies": %s }' "$NPM_TEST_PACKAGES")
+	[ "$(cat "$npm_dir/package.json" 2>/dev/null)" = "$want" ] &&
+		[ -f "$npm_dir/node_modules/standardwebhooks/package.json" ] && return 0
+	if [ "$(id -u)" != 0 ] || ! command -v npm >/dev/null; then
+		echo "missing npm packages $NPM_TEST_PACKAGES in $npm_dir (test/t/048 is skipped);" \
+			"as root: test/deps.sh" >&2
+		return 0
+	fi
+	echo "== npm packages $NPM_TEST_PACKAGES into $npm_dir"
+	mkdir -p "$npm_dir"
+	echo "$want" >"$npm_dir/package.json"
+	(cd "$npm_dir" && npm install --no-audit --no-fund --loglevel=error >npm.log 2>&1) ||
+		{ cat "$npm_dir/npm.log" >&2; rm -f "$npm_dir/package.json"; return 1; }
+}
+
 missing=()
 for p in "${packages[@]}"; do installed "$p" || missing+=("$p"); done
 missing_optional=()
 for p in "${optional[@]}"; do installed "$p" || missing_optional+=("$p"); done
-[ ${#missing[@]} -eq 0 ] && [ ${#missing_optional[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -eq 0 ] && [ ${#missing_optional[@]} -eq 0 ]; then
+	npm_deps
+	exit 0
+fi
 
 if [ "$(id -u)" != 0 ]; then
 	if [ ${#missing_optional[@]} -gt 0 ]; then
@@ -57,6 +86,7 @@ if [ "$(id -u)" != 0 ]; then
 		echo "missing packages: ${missing[*]}; install them with: sudo apt-get install ${missing[*]}" >&2
 		exit 1
 	fi
+	npm_deps
 	exit 0
 fi
 
@@ -134,4 +164,5 @@ for service in prometheus prometheus-postgres-exporter; do
 			{ echo "could not stop the $service daemon the package started" >&2; exit 1; }
 	fi
 done
+npm_deps
 exit 0

@@ -51,8 +51,9 @@ PG_FUNCTION_INFO_V1(notif_enqueue_bigint);
 static void
 prepare_plans(Oid nspid)
 {
-	Oid			insert_types[6] = {INT8OID, TEXTOID, TEXTOID, JSONBOID,
-	TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Oid			insert_types[NOTIF_FAST_NCOLS] = {INT8OID, TEXTOID, TEXTOID, JSONBOID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID};
+	bool		has_traceparent;
 	Oid			select_types[3] = {INT8OID, TEXTOID, TEXTOID};
 	SPIPlanPtr	ins,
 				sel;
@@ -63,13 +64,22 @@ prepare_plans(Oid nspid)
 		SPI_freeplan(select_plan);
 	insert_plan = select_plan = NULL;
 
-	ins = SPI_prepare(notif_qualified_sql(nspid,
+	/* notif_job.traceparent: from 1.4 (the library may wait for the update) */
+	has_traceparent = get_attnum(get_relname_relid("notif_job", nspid),
+								 "traceparent") != InvalidAttrNumber;
+	ins = SPI_prepare(notif_qualified_sql(nspid, has_traceparent ?
+										  "INSERT INTO %s.notif_job"
+										  " (user_id, kind, order_id, payload, next_at, deadline_at,"
+										  "  traceparent)"
+										  " VALUES ($1, $2, $3, $4, $5, $6, $7)"
+										  " ON CONFLICT (user_id, kind, order_id) DO NOTHING"
+										  " RETURNING id" :
 										  "INSERT INTO %s.notif_job"
 										  " (user_id, kind, order_id, payload, next_at, deadline_at)"
 										  " VALUES ($1, $2, $3, $4, $5, $6)"
 										  " ON CONFLICT (user_id, kind, order_id) DO NOTHING"
 										  " RETURNING id"),
-					  6, insert_types);
+					  has_traceparent ? 7 : 6, insert_types);
 	if (ins == NULL)
 		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
 	sel = SPI_prepare(notif_qualified_sql(nspid,
@@ -129,6 +139,36 @@ check_order_id(const char *order_id)
 					 errdetail("The idempotency key kind:user_id:order_id travels in an HTTP header.")));
 }
 
+/* the W3C Trace Context rule a traceparent breaks, or NULL */
+static const char *
+traceparent_error(const char *tp, size_t len)
+{
+	size_t		i;
+	bool		nonzero;
+
+	if (len != 55)
+		return "A traceparent of version 00 is 55 characters: 00-<trace-id>-<parent-id>-<flags>.";
+	if (tp[0] != '0' || tp[1] != '0' || tp[2] != '-')
+		return "Only version 00 is taken: it starts with \"00-\".";
+	if (tp[35] != '-' || tp[52] != '-')
+		return "Its fields are separated by \"-\": 00-<trace-id>-<parent-id>-<flags>.";
+	for (i = 3; i < 55; i++)
+		if (i != 35 && i != 52 &&
+			!((tp[i] >= '0' && tp[i] <= '9') || (tp[i] >= 'a' && tp[i] <= 'f')))
+			return i < 35 ? "The trace-id is 32 lowercase hexadecimal digits."
+				: i < 52 ? "The parent-id is 16 lowercase hexadecimal digits."
+				: "The flags are 2 lowercase hexadecimal digits.";
+	for (nonzero = false, i = 3; i < 35; i++)
+		nonzero |= tp[i] != '0';
+	if (!nonzero)
+		return "The trace-id must not be all zeros.";
+	for (nonzero = false, i = 36; i < 52; i++)
+		nonzero |= tp[i] != '0';
+	if (!nonzero)
+		return "The parent-id must not be all zeros.";
+	return NULL;
+}
+
 static const char *
 jsonb_kind_name(Jsonb *jb)
 {
@@ -153,8 +193,8 @@ enqueue_internal(FunctionCallInfo fcinfo, text *order_id_text)
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	TimestampTz next_at;
 	Datum		deadline_at = (Datum) 0;
-	Datum		values[6];
-	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[NOTIF_FAST_NCOLS];
+	char		nulls[NOTIF_FAST_NCOLS] = {' ', ' ', ' ', ' ', ' ', ' ', 'n'};
 	Oid			nspid;
 	int64		id;
 
@@ -219,6 +259,23 @@ enqueue_internal(FunctionCallInfo fcinfo, text *order_id_text)
 	if (next_at < now)
 		next_at = now;
 
+	/* traceparent (1.4): sent as a header on each call, so checked here */
+	values[NOTIF_FAST_TRACEPARENT] = (Datum) 0;
+	if (PG_NARGS() > 5 && !PG_ARGISNULL(5))
+	{
+		text	   *tp = PG_GETARG_TEXT_PP(5);
+		const char *why = traceparent_error(VARDATA_ANY(tp), VARSIZE_ANY_EXHDR(tp));
+
+		if (why)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("traceparent is not a valid W3C trace context"),
+					 errdetail("%s", why),
+					 errhint("Pass the traceparent header of the request being traced, or NULL.")));
+		values[NOTIF_FAST_TRACEPARENT] = PointerGetDatum(tp);
+		nulls[NOTIF_FAST_TRACEPARENT] = ' ';
+	}
+
 	/* on a standby, or in a read-only transaction: PostgreSQL's own error */
 	PreventCommandIfReadOnly("notif_enqueue()");
 
@@ -249,7 +306,7 @@ enqueue_internal(FunctionCallInfo fcinfo, text *order_id_text)
 							   timestamptz_to_str(DatumGetTimestampTz(deadline_at)))));
 	}
 	else
-		nulls[5] = 'n';
+		nulls[NOTIF_FAST_DEADLINE_AT] = 'n';
 
 	values[NOTIF_FAST_USER_ID] = Int64GetDatum(user_id);
 	values[NOTIF_FAST_KIND] = CStringGetTextDatum(kind);
@@ -263,7 +320,8 @@ enqueue_internal(FunctionCallInfo fcinfo, text *order_id_text)
 		bool		isnull[NOTIF_FAST_NCOLS] = {0};
 		bool		inserted;
 
-		isnull[NOTIF_FAST_DEADLINE_AT] = (nulls[5] == 'n');
+		isnull[NOTIF_FAST_DEADLINE_AT] = (nulls[NOTIF_FAST_DEADLINE_AT] == 'n');
+		isnull[NOTIF_FAST_TRACEPARENT] = (nulls[NOTIF_FAST_TRACEPARENT] == 'n');
 		id = notif_fast_insert(values, isnull, &inserted);
 	}
 	else
@@ -328,14 +386,14 @@ enqueue_spi(Oid nspid, Datum *values, char *nulls, int64 user_id,
 	return id;
 }
 
-/* notif_enqueue(user_id bigint, kind text, order_id text, payload jsonb, not_before timestamptz) */
+/* notif_enqueue(user_id bigint, kind text, order_id text, payload jsonb, not_before timestamptz, traceparent text) */
 Datum
 notif_enqueue(PG_FUNCTION_ARGS)
 {
 	return enqueue_internal(fcinfo, PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2));
 }
 
-/* notif_enqueue(user_id bigint, kind text, order_id bigint, payload jsonb, not_before timestamptz) */
+/* notif_enqueue(user_id bigint, kind text, order_id bigint, payload jsonb, not_before timestamptz, traceparent text) */
 Datum
 notif_enqueue_bigint(PG_FUNCTION_ARGS)
 {

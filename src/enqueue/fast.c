@@ -113,11 +113,11 @@ static bool callback_registered = false;
 static bool fast_active = false;	/* a notif_fast_insert() is running */
 
 static const char *const given_columns[NOTIF_FAST_NCOLS] = {
-	"user_id", "kind", "order_id", "payload", "next_at", "deadline_at"
+	"user_id", "kind", "order_id", "payload", "next_at", "deadline_at", "traceparent"
 };
 
 static const Oid given_types[NOTIF_FAST_NCOLS] = {
-	INT8OID, TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TIMESTAMPTZOID
+	INT8OID, TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID
 };
 
 static const char *const work_columns[3] = {"job_id", "kind", "next_at"};
@@ -222,6 +222,8 @@ fast_cache_build(Oid nspid)
 		Form_pg_attribute attr;
 
 		cache.att[i] = get_attnum(cache.relid, given_columns[i]);
+		if (cache.att[i] == InvalidAttrNumber && i == NOTIF_FAST_TRACEPARENT)
+			continue;			/* a table before 1.4: no value is ever given */
 		if (cache.att[i] == InvalidAttrNumber)
 			goto unusable;
 		/* the values go in as notif_enqueue has them: no coercion here */
@@ -478,6 +480,8 @@ fast_insert(Datum *given, bool *given_null, bool *inserted)
 	}
 	for (i = 0; i < NOTIF_FAST_NCOLS; i++)
 	{
+		if (cache.att[i] == InvalidAttrNumber)
+			continue;			/* traceparent, before 1.4 */
 		slot->tts_values[cache.att[i] - 1] = given[i];
 		slot->tts_isnull[cache.att[i] - 1] = given_null[i];
 	}

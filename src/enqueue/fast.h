@@ -20,6 +20,7 @@ enum
 	NOTIF_FAST_PAYLOAD,
 	NOTIF_FAST_NEXT_AT,
 	NOTIF_FAST_DEADLINE_AT,
+	NOTIF_FAST_TRACEPARENT,		/* from 1.4: absent from an older table */
 	NOTIF_FAST_NCOLS
 };
 

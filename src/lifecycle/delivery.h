@@ -77,7 +77,10 @@ typedef struct NotifProviderConf
 	double		rate_limit;		/* requests/s, 0 = none */
 	char	   *ref_field;		/* top-level field carrying the key, or NULL */
 	NotifAuth	auth;			/* a token the sender signs (provider/auth.c) */
-	Jsonb	   *credentials;	/* for auth; secret */
+	bool		signing;		/* Standard Webhooks signing: its calls
+								 * signed with credentials' secrets
+								 * (provider/webhook_sign.c) */
+	Jsonb	   *credentials;	/* for auth or signing; secret */
 	int			max_connections;	/* HTTP/2 connections per lane */
 	char	   *ca_cert;		/* PEM CA certificates, or NULL */
 	int64		dedup_reach_ms; /* its dedup_window less its timeout; 0: none */

@@ -20,6 +20,11 @@
  * string values travel as they are; other values as their JSON text; null
  * as an empty value.
  *
+ * A job's traceparent (W3C trace context) goes as the traceparent header
+ * on each of its calls, whatever the format; a provider with signing adds
+ * the Standard Webhooks headers, signing the body built here
+ * (provider/webhook_sign.c).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -31,6 +36,7 @@
 
 #include "provider/push.h"
 #include "provider/request.h"
+#include "provider/webhook_sign.h"
 
 /* percent-encode everything but RFC 3986 unreserved characters */
 void
@@ -227,7 +233,7 @@ notif_url_parse(const NotifProviderConf *provider)
  */
 void
 notif_build_request(NotifCall *call, const NotifProviderConf *provider,
-					const char *key, Jsonb *payload)
+					const char *key, Jsonb *payload, const char *traceparent)
 {
 	StringInfoData buf;
 	struct curl_slist *h = NULL;
@@ -291,6 +297,21 @@ notif_build_request(NotifCall *call, const NotifProviderConf *provider,
 		h = curl_slist_append(h, s->data);
 	if (provider->idempotency_header)
 		h = curl_slist_append(h, psprintf("%s: %s", provider->idempotency_header, key));
+	if (traceparent)
+		h = curl_slist_append(h, psprintf("traceparent: %s", traceparent));
+	/* a customer endpoint's secrets sign its calls, whatever the provider's signing */
+	if ((provider->signing || call->endpoint_secrets) &&
+		(provider->format == FORMAT_JSON || provider->format == FORMAT_FORM ||
+		 provider->format == FORMAT_QUERY))
+	{
+		call->refused = notif_webhook_headers(&h, provider->credentials, call->endpoint_secrets,
+											  key, call->body, call->body_len);
+		if (call->refused)
+		{
+			curl_slist_free_all(h);
+			return;
+		}
+	}
 	if (h == NULL)
 		elog(ERROR, "out of memory building request headers");
 	call->headers = h;

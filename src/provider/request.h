@@ -12,7 +12,7 @@
 #include "lifecycle/delivery.h"
 
 extern void notif_build_request(NotifCall *call, const NotifProviderConf *provider,
-								const char *key, Jsonb *payload);
+								const char *key, Jsonb *payload, const char *traceparent);
 extern CURLU *notif_url_parse(const NotifProviderConf *provider);
 extern void notif_append_urlencoded(StringInfo buf, const char *s, size_t len);
 

@@ -36,6 +36,7 @@
 #include "utils/jsonb.h"
 
 #include "provider/token.h"
+#include "provider/webhook_sign.h"
 
 PG_FUNCTION_INFO_V1(notif_credentials_check);
 PG_FUNCTION_INFO_V1(notif_jwt_sign);
@@ -359,9 +360,11 @@ notif_jwt_apns(const NotifCredentials *c, int64 iat)
 }
 
 /*
- * notif_credentials_check(auth text, credentials jsonb) returns boolean:
- * the CHECK constraint of notif_provider.  True when both are NULL, or the
- * credentials suit the auth method; otherwise an error that says why.
+ * notif_credentials_check(auth text, credentials jsonb, signing text)
+ * returns boolean: the CHECK constraint of notif_provider.  True when all
+ * are NULL, or the credentials suit the auth method, or hold the secrets of
+ * the signing (provider/webhook_sign.c); otherwise an error that says why.
+ * (The schema before 1.4 calls it with auth and credentials only.)
  */
 Datum
 notif_credentials_check(PG_FUNCTION_ARGS)
@@ -370,6 +373,13 @@ notif_credentials_check(PG_FUNCTION_ARGS)
 	char	   *auth;
 	NotifCredentialsError error;
 
+	if (PG_NARGS() > 2 && !PG_ARGISNULL(2))
+	{
+		notif_webhook_credentials_check(text_to_cstring(PG_GETARG_TEXT_PP(2)),
+										!PG_ARGISNULL(0),
+										PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1));
+		PG_RETURN_BOOL(true);
+	}
 	if (PG_ARGISNULL(0) && PG_ARGISNULL(1))
 		PG_RETURN_BOOL(true);
 	if (PG_ARGISNULL(1))
@@ -381,8 +391,8 @@ notif_credentials_check(PG_FUNCTION_ARGS)
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_CHECK_VIOLATION),
-				 errmsg("credentials need an auth method"),
-				 errhint("Set notif_provider.auth to 'google_service_account' or 'apns_token'.")));
+				 errmsg("credentials need an auth method or a signing"),
+				 errhint("Set notif_provider.auth to 'google_service_account' or 'apns_token', or signing to 'standard_webhooks'.")));
 	auth = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	if (notif_auth_from_string(auth) == AUTH_NONE)
 		PG_RETURN_BOOL(true);	/* the auth column's own CHECK names it */

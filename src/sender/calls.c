@@ -65,7 +65,7 @@ sender_new_call(NotifTypeConf *type, NotifClaimedJob *job, const SenderEndpoints
 	if (type->endpoint_by)
 		sender_endpoint_request(call, type, eps, job, key);	/* endpoints.c */
 	else
-		notif_build_request(call, &type->provider, key, job->payload);
+		notif_build_request(call, &type->provider, key, job->payload, job->traceparent);
 	call->key = key;
 	if (type->provider.batch_max > 1)
 		call->message = call->body; /* it goes in a batch (batch_calls.c) */

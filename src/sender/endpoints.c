@@ -138,7 +138,7 @@ sender_endpoint_request(NotifCall *call, const NotifTypeConf *type, const Sender
 	p = *provider;
 	p.url = ep->url;
 	p.curlu = NULL;				/* parsed by libcurl, per call */
-	notif_build_request(call, &p, key, job->payload);
+	notif_build_request(call, &p, key, job->payload, job->traceparent);
 	call->guard_destination = true;
 }
 

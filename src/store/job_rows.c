@@ -49,6 +49,7 @@ notif_claimed_from_rows(MemoryContext cxt, NotifClaimedJob **out)
 		j->dedup_retry = DatumGetBool(spi_col(i, 10, &isnull));
 		j->after_unknown = DatumGetBool(spi_col(i, 11, &isnull));
 		j->last_provider = spi_col_text(i, 12, cxt);
+		j->traceparent = spi_col_text(i, 13, cxt);
 	}
 	*out = jobs;
 	return (int) SPI_processed;

@@ -72,7 +72,8 @@ static const char *const sql_lane_types =
 "       t.endpoint_by,"
 "       CASE WHEN p.format = 'json' AND p.batch_results IS NOT NULL"
 "            THEN coalesce(p.batch_max, 1) ELSE 1 END,"
-"       (extract(epoch FROM p.batch_wait) * 1000)::int8, p.batch_format ->> 'field', p.batch_results"
+"       (extract(epoch FROM p.batch_wait) * 1000)::int8, p.batch_format ->> 'field', p.batch_results,"
+"       p.signing IS NOT NULL"
 "  FROM %s.notif_type t"
 "  CROSS JOIN LATERAL (SELECT ARRAY[t.provider] || coalesce(t.backup_providers, '{}') AS routes) rs"
 "  CROSS JOIN LATERAL unnest(rs.routes) WITH ORDINALITY AS r(name, route)"
@@ -161,7 +162,7 @@ static const char *const sql_claim =
 "     WHERE j.id = ANY (ARRAY (SELECT d.id FROM due d WHERE NOT d.late AND NOT $10))"
 "    RETURNING j.id, j.user_id, j.order_id, j.payload, false AS late, j.tries, j.deadline_at,"
 "              j.earlier_tries, j.created_at, (j.resolved_by = 'dedup_window') IS TRUE,"
-"              (j.outcome = 'unknown') IS TRUE, j.provider),"
+"              (j.outcome = 'unknown') IS TRUE, j.provider, j.traceparent),"
 " overdue AS ("
 "    UPDATE %s.notif_job j"
 "       SET status = CASE WHEN j.resolved_by = 'dedup_window' THEN $8 ELSE $6 END,"
@@ -171,7 +172,7 @@ static const char *const sql_claim =
 "     WHERE j.id = ANY (ARRAY (SELECT d.id FROM due d WHERE d.late))"
 "    RETURNING j.id, j.user_id, j.order_id, j.payload, true AS late, j.tries, j.deadline_at,"
 "              j.earlier_tries, j.created_at, (j.resolved_by = 'dedup_window') IS TRUE,"
-"              (j.outcome = 'unknown') IS TRUE, j.provider),"
+"              (j.outcome = 'unknown') IS TRUE, j.provider, j.traceparent),"
 " held AS ("
 "    UPDATE %s.notif_active a SET claimed_by = $3"
 "     WHERE a.job_id = ANY (ARRAY (SELECT c.id FROM claimed c))),"
@@ -436,9 +437,9 @@ static const char *const sql_purge =
 /*
  * Channel fallback: for the jobs $1 whose end (or accepted call) was just
  * written, a job of their type's fallback_type, the same user and order,
- * the payload's "fallback" member, fallback_of the job; due at once after
- * a failed or expired job (not a cancelled one), fallback_after later
- * after an accepted call (a delivered report cancels it: notif_dlr).  The
+ * the payload's "fallback" member, fallback_of the job, its traceparent;
+ * due at once after a failed or expired job (not a cancelled one),
+ * fallback_after later after an accepted call (a delivered report cancels it: notif_dlr).  The
  * unique key makes it one; a key already taken is passed over before the
  * insert, which waits only for an enqueue of that key not yet committed
  * (sender/fallback.c bounds the wait).  Returns how many it wrote, and
@@ -446,11 +447,12 @@ static const char *const sql_purge =
  */
 static const char *const sql_fallback =
 "WITH fb AS ("
-"    INSERT INTO %s.notif_job (user_id, kind, order_id, payload, next_at, deadline_at, fallback_of)"
+"    INSERT INTO %s.notif_job (user_id, kind, order_id, payload, next_at, deadline_at, fallback_of,"
+"                              traceparent)"
 "    SELECT j.user_id, t.fallback_type, j.order_id, j.payload -> 'fallback',"
 "           CASE WHEN j.status = 'sent' THEN now() + t.fallback_after ELSE now() END,"
 "           CASE WHEN j.status = 'sent' THEN now() + t.fallback_after ELSE now() END + ft.deadline,"
-"           j.id"
+"           j.id, j.traceparent"
 "      FROM %s.notif_job j"
 "      JOIN %s.notif_type t ON t.code = j.kind"
 "      JOIN %s.notif_type ft ON ft.code = t.fallback_type"

@@ -27,6 +27,7 @@ typedef struct NotifClaimedJob
 	bool		dedup_retry;	/* queued again for its provider's window */
 	bool		after_unknown;	/* its last call's outcome is unknown */
 	char	   *last_provider;	/* the provider that took its last call, or NULL */
+	char	   *traceparent;	/* its W3C trace context, or NULL */
 } NotifClaimedJob;
 
 /*

@@ -200,6 +200,7 @@ notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out)
 		}
 		else
 			t->provider.batch_max = 1;
+		t->provider.signing = DatumGetBool(spi_col(i, 47, &isnull));
 	}
 	*out = types;
 	return (int) SPI_processed;
