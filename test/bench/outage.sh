@@ -13,9 +13,10 @@
 # fault of their own.  Three types, each in its own lane, all with gw_a as
 # their provider:
 #   otp     at_least_once, 4 tries, deadline 15 s, Poisson arrivals at
-#           OUTAGE_OTP_RATE per second, one transaction each
+#           OUTAGE_OTP_RATE per second, one transaction each (the night's
+#           night_trickle, test/bench/lib/night_lib.sh)
 #   alert   at_least_once, 5 tries, no deadline, OUTAGE_ALERT_RATE per
-#           second, evenly spaced
+#           second, evenly spaced (night_trickle)
 #   promo   at_most_once, 3 tries, a flood at OUTAGE_PROMO_RATE per second
 #           in small transactions every 10 ms, lane bulk
 # After OUTAGE_LEAD seconds of load, the primary gateway goes bad for
@@ -72,6 +73,7 @@
 # since the load began, gw_a's breaker state).
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
+. "$(dirname "$0")/lib/night_lib.sh"
 at_least() { awk -v v="$1" -v m="$2" 'BEGIN { print (v < m ? m : v) }'; }
 OUTAGE=${OUTAGE_SECONDS:-$(at_least "$(bench_scale 60)" 10)}
 LEAD=${OUTAGE_LEAD:-$(at_least "$(bench_scale 20)" 5)}
@@ -123,34 +125,11 @@ setup_sql() {	# CONFIG
 	  ('alert', 'at_least_once', 5, NULL,         'gw_a', 'alert', $backups),
 	  ('promo', 'at_most_once',  3, NULL,         'gw_a', 'bulk',  $backups);
 
-	CREATE TABLE outage_stop (stop boolean, sampler boolean);
-	INSERT INTO outage_stop VALUES (false, false);
-	CREATE TABLE outage_health (t timestamptz, state text, consecutive_failures int, refused_calls bigint);
+$(night_load_sql)
 
-	-- one job of kind K per transaction, RATE per second (Poisson arrivals
-	-- or evenly spaced), until outage_stop says so
-	CREATE PROCEDURE outage_trickle(k text, rate float8, poisson boolean) LANGUAGE plpgsql AS \$\$
-	DECLARE
-	    t0 float8 := extract(epoch FROM clock_timestamp());
-	    next_at float8 := 0;
-	    now_s float8;
-	    i bigint := 0;
-	BEGIN
-	    LOOP
-	        EXIT WHEN (SELECT stop FROM outage_stop);
-	        now_s := extract(epoch FROM clock_timestamp()) - t0;
-	        IF now_s < next_at THEN
-	            PERFORM pg_sleep(least(next_at - now_s, 0.2));
-	            CONTINUE;
-	        END IF;
-	        i := i + 1;
-	        PERFORM notif_enqueue(i, k, k || '-' || i,
-	                    CASE WHEN k = 'otp' THEN '{"to":"+84912345678","text":"Ma OTP: 654321"}'
-	                    ELSE '{"to":"+84912345678","text":"Card *1234: -1,250,000 VND at 21:04"}' END::jsonb);
-	        COMMIT;
-	        next_at := next_at + CASE WHEN poisson THEN -ln(1.0 - random()) / rate ELSE 1.0 / rate END;
-	    END LOOP;
-	END \$\$;
+	CREATE TABLE outage_stop (sampler boolean);
+	INSERT INTO outage_stop VALUES (false);
+	CREATE TABLE outage_health (t timestamptz, state text, consecutive_failures int, refused_calls bigint);
 
 	-- promotions at RATE per second: every 10 ms those due by the clock, in one transaction
 	CREATE PROCEDURE outage_promos(rate float8) LANGUAGE plpgsql AS \$\$
@@ -160,7 +139,7 @@ setup_sql() {	# CONFIG
 	    target bigint;
 	BEGIN
 	    LOOP
-	        EXIT WHEN (SELECT stop FROM outage_stop);
+	        EXIT WHEN (SELECT stop FROM night_stop);
 	        target := floor(rate * (extract(epoch FROM clock_timestamp()) - t0))::bigint;
 	        IF target > done THEN
 	            PERFORM notif_enqueue(g, 'promo', 'flood', '{"to":"+84900000000","text":"Friday night: -50% until midnight"}'::jsonb)
@@ -232,9 +211,9 @@ one_run() {	# CASE CONFIG
 	pids=()
 	cluster_psql -c "CALL outage_sample()" >"$run_dir/sample.log" 2>&1 &
 	pids+=($!)
-	cluster_psql -c "CALL outage_trickle('otp', $OTP_RATE, true)" >"$run_dir/otp.log" 2>&1 &
+	cluster_psql -c "CALL night_trickle('otp', $OTP_RATE, true)" >"$run_dir/otp.log" 2>&1 &
 	pids+=($!)
-	cluster_psql -c "CALL outage_trickle('alert', $ALERT_RATE, false)" >"$run_dir/alert.log" 2>&1 &
+	cluster_psql -c "CALL night_trickle('alert', $ALERT_RATE, false)" >"$run_dir/alert.log" 2>&1 &
 	pids+=($!)
 	cluster_psql -c "CALL outage_promos($PROMO_RATE)" >"$run_dir/promo.log" 2>&1 &
 	pids+=($!)
@@ -249,7 +228,7 @@ one_run() {	# CASE CONFIG
 	echo "  $(secs_between "$t0" "$out_off")s: gw_a good again ($(secs_between "$out_on" "$out_off")s bad)"
 	sleep "$TAIL"
 	# the load stops; the sampler goes on while the jobs left drain
-	cluster_psql -c "UPDATE outage_stop SET stop = true" >/dev/null
+	cluster_psql -c "UPDATE night_stop SET stop = true" >/dev/null
 	for p in "${pids[@]:1}"; do wait "$p" || { cat "$run_dir"/*.log >&2; exit 1; }; done
 	t_stop=$(now_s)
 	drained=yes
