@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # test/bench/outage.sh: a bad day without an operator (issue 42, "Measured,
-# side by side").  Two SMS gateways, each a provider simulator on
-# 127.0.0.1 over plain HTTP (not the night's TLS rig: behind its nghttpx
-# front a stopped simulator is answered 502 by the front, never a refused
-# connection, and night_rig builds one cluster with its own fixed providers
-# and types, where this needs six):
+# side by side"), on the night's TLS rig (test/bench/lib/night_lib.sh's
+# parts).  Two SMS gateways, each a provider simulator behind a TLS front
+# of its own (nghttpx offering http/1.1, the throwaway certificate each
+# provider row's ca_cert, https:// urls):
 #   gw_a   the primary: json, the job's payload as it is, key header
 #          Idempotency-Key
 #   gw_b   the backup: another dialect, payload_map
@@ -22,21 +21,22 @@
 # After OUTAGE_LEAD seconds of load, the primary gateway goes bad for
 # OUTAGE_SECONDS, then the load goes on for OUTAGE_TAIL seconds, stops,
 # and the jobs left drain (at most OUTAGE_DRAIN_MAX seconds).  Three cases:
-#   refused   the gw_a simulator stopped (SIGTERM: connections refused),
-#             then started again on the same port
+#   refused   gw_a's TLS front stopped (nothing listens on its port:
+#             connections refused; its simulator runs on), then started
+#             again on the same port (a stopped simulator behind a running
+#             front would be answered 502, a 5xx, not a refusal)
 #   brownout  gw_a holds half its calls past the providers' timeout
 #             (/config p_timeout=0.5, hold_ms 10 s; q=0.5: half of the held
-#             calls delivered all the same)
+#             calls delivered all the same), behind its front
 #   http503   gw_a answers 503 to every call (/config p_5xx=1,
-#             status_5xx=503; q=0: a 503 delivers nothing)
+#             status_5xx=503; q=0: a 503 delivers nothing), behind its front
 # each twice, in a cluster of its own (breakers start closed):
 #   backup    gw_a's breaker on (breaker_threshold 5, the default;
 #             breaker_cooldown OUTAGE_COOLDOWN s) and every type's
 #             backup_providers '{gw_b}'
 #   today     breaker_threshold NULL, no backup_providers: as before 1.4
 # Measured per case and configuration, per type, key by key from the
-# simulators' ledgers (GET /ledger of each simulator; the stopped gw_a's
-# written to its --ledger-file on SIGTERM): enqueued, delivered, lost,
+# simulators' ledgers (written to their --ledger-file on SIGTERM): enqueued, delivered, lost,
 # duplicated (copies beyond the first, over both gateways), and from
 # notif_job expired, failed, still unfinished; OTP latency p50/p99/max from
 # the job's created_at (the enqueuing transaction's start, one
@@ -58,15 +58,17 @@
 #
 #   bash test/bench/outage.sh
 #
+# About 2.2 minutes a run at scale 1, six runs: about 14 minutes.
 # Environment: OUTAGE_SECONDS [60 x BENCH_SCALE, at least 10];
 # OUTAGE_LEAD [20 x BENCH_SCALE, at least 5] s; OUTAGE_TAIL [30 x
 # BENCH_SCALE, at least 15] s; OUTAGE_DRAIN_MAX [120] s; OUTAGE_OTP_RATE
 # [10]/s; OUTAGE_ALERT_RATE [20]/s; OUTAGE_PROMO_RATE [300]/s;
 # OUTAGE_COOLDOWN [5] s; OUTAGE_TIMEOUT [1] s (both providers' timeout);
 # OUTAGE_CASES ["refused brownout http503"]; OUTAGE_CONFIGS ["backup
-# today"]; BENCH_PORT, BENCH_SIM_PORT (+1), BENCH_OUT (see
-# test/bench/lib/common.sh).  Needs the extension installed and the simulator
-# built.  Prints what it measured as it goes, then RESULT lines
+# today"]; OUTAGE_FRONT_PORT [28463] (gw_a's front; gw_b's the next one);
+# BENCH_PORT, BENCH_SIM_PORT (+1), BENCH_OUT (see test/bench/lib/common.sh).
+# Needs nghttpx (nghttp2-proxy), openssl, the extension installed and the
+# simulator built.  Prints what it measured as it goes, then RESULT lines
 # (outage_<case>_<config>_*) and the ROW tables outage_types (per case,
 # configuration and type), outage_gw_a (per case and configuration) and
 # outage_targets; BENCH_OUT gets outage_health_<case>_<config>.dat (seconds
@@ -90,36 +92,54 @@ HOLD_MS=10000
 INFLIGHT=1000
 SIM_A=$BENCH_SIM_PORT
 SIM_B=$((BENCH_SIM_PORT + 1))
+# below the ephemeral range, and not the night's (28453, 28454)
+FRONT_A=${OUTAGE_FRONT_PORT:-28463}
+FRONT_B=$((FRONT_A + 1))
 sim_args=(--latency-ms 120 --latency-p99-ms 600 --hold-ms $HOLD_MS)
+command -v nghttpx >/dev/null || { echo "nghttpx is not installed (package nghttp2-proxy)" >&2; exit 2; }
 bench_dir outage
+night_cert
 echo "outage: scale $BENCH_SCALE: ${LEAD}s of load, then gw_a bad for ${OUTAGE}s, then ${TAIL}s more;" \
 	"OTPs $OTP_RATE/s (Poisson), alerts $ALERT_RATE/s, promotions $PROMO_RATE/s; gateways lognormal" \
-	"(median 120 ms, p99 600 ms), timeout ${TIMEOUT}s, breaker_cooldown ${COOLDOWN}s; cases: $CASES;" \
-	"configurations: $CONFIGS; $(nproc) cores, $(pg_config --version)"
+	"(median 120 ms, p99 600 ms) behind TLS fronts (http/1.1), timeout ${TIMEOUT}s, breaker_cooldown ${COOLDOWN}s;" \
+	"cases: $CASES; configurations: $CONFIGS; $(nproc) cores, $(pg_config --version)"
 
 now_s() { date +%s.%N; }
 secs_between() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 
-# stop_sim PID: SIGTERM (the simulator writes its ledger file), wait for
-# it, and forget it (bench_cleanup kills only what is still running)
-stop_sim() {
+# stop_proc PID: SIGTERM (a simulator writes its ledger file), wait for it,
+# and forget it (bench_cleanup kills only what is still running); a front's
+# exit status is not asked
+stop_proc() {
 	local pid=$1 i keep=()
 	kill -TERM "$pid" 2>/dev/null || true
-	wait "$pid" || { echo "provider_sim $pid did not end cleanly" >&2; return 1; }
+	if [ "${2:-}" = front ]; then
+		wait "$pid" 2>/dev/null || true
+	else
+		wait "$pid" || { echo "process $pid did not end cleanly" >&2; return 1; }
+	fi
 	for i in "${_bench_sims[@]}"; do [ "$i" = "$pid" ] || keep+=("$i"); done
 	_bench_sims=("${keep[@]}")
 }
 
+# gw_a's front on FRONT_A, until it accepts connections
+front_a_start() {
+	front_start gw_a "$FRONT_A" "$SIM_A" http/1.1
+	front_a=${_bench_sims[-1]}
+	front_wait gw_a "$FRONT_A"
+}
+
 setup_sql() {	# CONFIG
-	local thr=NULL backups=NULL
+	local thr=NULL backups=NULL ca
 	if [ "$1" = backup ]; then thr=5; backups="'{gw_b}'"; fi
+	ca=$(sed "s/'/''/g" "$BENCH_DIR/srv.crt")
 	cluster_psql <<-SQL
 	CREATE EXTENSION notif_deliver;
 	INSERT INTO notif_provider (name, url, idempotency_header, timeout, max_inflight, breaker_threshold,
-	                            breaker_cooldown, payload_map) VALUES
-	  ('gw_a', 'http://127.0.0.1:$SIM_A/send', 'Idempotency-Key', '$TIMEOUT s', $INFLIGHT, $thr, '$COOLDOWN s', NULL),
-	  ('gw_b', 'http://127.0.0.1:$SIM_B/sms', 'Idempotency-Key', '$TIMEOUT s', $INFLIGHT, 5, '$COOLDOWN s',
-	   '{"phone": "to", "message": "text"}');
+	                            breaker_cooldown, payload_map, ca_cert) VALUES
+	  ('gw_a', 'https://127.0.0.1:$FRONT_A/send', 'Idempotency-Key', '$TIMEOUT s', $INFLIGHT, $thr, '$COOLDOWN s', NULL, '$ca'),
+	  ('gw_b', 'https://127.0.0.1:$FRONT_B/sms', 'Idempotency-Key', '$TIMEOUT s', $INFLIGHT, 5, '$COOLDOWN s',
+	   '{"phone": "to", "message": "text"}', '$ca');
 	INSERT INTO notif_type (code, delivery, max_tries, deadline, provider, lane, backup_providers) VALUES
 	  ('otp',   'at_least_once', 4, '15 seconds', 'gw_a', 'otp',   $backups),
 	  ('alert', 'at_least_once', 5, NULL,         'gw_a', 'alert', $backups),
@@ -172,12 +192,18 @@ $(night_load_sql)
 
 # fault CASE on|off: make gw_a bad, or good again
 fault() {
-	local c=$1 how=$2
+	local c=$1 how=$2 i
 	case "$c:$how" in
-	refused:on) stop_sim "$sim_a" ;;
-	refused:off)
-		sim_start gw_a2 "$SIM_A" "${sim_args[@]}" --seed 43 --ledger-file "$run_dir/ledger_a2.txt"
-		sim_a=${_bench_sims[-1]} ;;
+	refused:on)
+		stop_proc "$front_a" front
+		# (its worker too: until the port refuses)
+		for i in $(seq 1 100); do
+			(exec 7<>"/dev/tcp/127.0.0.1/$FRONT_A") 2>/dev/null || return 0
+			sleep 0.05
+		done
+		echo "gw_a's front still accepts connections" >&2
+		exit 1 ;;
+	refused:off) front_a_start ;;
 	brownout:on) sim_get "$SIM_A" "/config?p_timeout=0.5&q=0.5" >/dev/null ;;
 	brownout:off) sim_get "$SIM_A" "/config?p_timeout=0&q=0" >/dev/null ;;
 	http503:on) sim_get "$SIM_A" "/config?p_5xx=1&status_5xx=503&q=0" >/dev/null ;;
@@ -199,10 +225,14 @@ one_run() {	# CASE CONFIG
 	mkdir -p "$run_dir"
 	chmod 755 "$run_dir"
 	echo "== $c, $cfg"
-	sim_start gw_a "$SIM_A" "${sim_args[@]}" --seed 41 --ledger-file "$run_dir/ledger_a1.txt"
+	sim_start gw_a "$SIM_A" "${sim_args[@]}" --seed 41 --ledger-file "$run_dir/ledger_a.txt"
 	sim_a=${_bench_sims[-1]}
 	sim_start gw_b "$SIM_B" "${sim_args[@]}" --seed 42 --ledger-file "$run_dir/ledger_b.txt"
 	sim_b=${_bench_sims[-1]}
+	front_a_start
+	front_start gw_b "$FRONT_B" "$SIM_B" http/1.1
+	front_b=${_bench_sims[-1]}
+	front_wait gw_b "$FRONT_B"
 	cluster_start "$run_dir/pg" "$BENCH_PORT" "notif_deliver.database = 'postgres'" \
 		"notif_deliver.max_inflight = $INFLIGHT" "max_worker_processes = 32"
 	setup_sql "$cfg"
@@ -218,11 +248,12 @@ one_run() {	# CASE CONFIG
 	cluster_psql -c "CALL outage_promos($PROMO_RATE)" >"$run_dir/promo.log" 2>&1 &
 	pids+=($!)
 	sleep "$LEAD"
-	fault "$c" on
+	# (the start: when gw_a is told to go bad, or its front is told to stop)
 	out_on=$(now_s)
+	fault "$c" on
 	echo "  $(secs_between "$t0" "$out_on")s: gw_a $c"
 	sleep "$OUTAGE"
-	# (the end: when gw_a is told to be good again, or is started again)
+	# (the end: when gw_a is told to be good again, or its front is started again)
 	out_off=$(now_s)
 	fault "$c" off
 	echo "  $(secs_between "$t0" "$out_off")s: gw_a good again ($(secs_between "$out_on" "$out_off")s bad)"
@@ -237,10 +268,11 @@ one_run() {	# CASE CONFIG
 	wait "${pids[0]}" || { cat "$run_dir/sample.log" >&2; exit 1; }
 	echo "  load stopped at $(secs_between "$t0" "$t_stop")s; drained: $drained ($(secs_between "$t_stop" "$(now_s)")s later)"
 
-	# ---- the ledgers: every gw_a simulator's and gw_b's
-	stop_sim "$sim_a"
-	stop_sim "$sim_b"
-	cat "$run_dir"/ledger_a*.txt >"$run_dir/ledger_a"
+	# ---- the ledgers: gw_a's and gw_b's (written as they stop)
+	stop_proc "$sim_a"
+	stop_proc "$sim_b"
+	for p in $front_a $front_b; do stop_proc "$p" front; done
+	cp "$run_dir/ledger_a.txt" "$run_dir/ledger_a"
 	cp "$run_dir/ledger_b.txt" "$run_dir/ledger_b"
 	cluster_psql -At -F' ' -c "SELECT kind || ':' || user_id || ':' || order_id, kind, status FROM notif_job" >"$run_dir/jobs"
 	# per type: enqueued delivered lost duplicated expired failed unfinished, and delivered keys no job has

@@ -1,7 +1,8 @@
 # test/bench/lib/night_lib.sh: the rig of the night (test/bench/night.sh), of
 # the night through PgQ beside it (test/bench/night_peers.sh) and of the
-# soak (test/bench/soak.sh), and the trickle the outage
-# (test/bench/outage.sh) shares.  Source it after test/bench/lib/common.sh.
+# soak (test/bench/soak.sh), and the parts of it the outage
+# (test/bench/outage.sh) builds its own rig from.  Source it after
+# test/bench/lib/common.sh.
 #
 #   night_rig NAME RETENTION [postgresql.conf lines...]
 #       a work folder (bench_dir NAME); a throwaway self-signed certificate;
@@ -22,6 +23,10 @@
 #       SQL below; sys 'pgq' enqueues the same jobs as events of PgQ's
 #       queues night_bulk, night_otp and night_alert, which night_peers.sh
 #       creates).  Returns once every lane's sender runs.
+#   night_cert
+#       the throwaway certificate: $BENCH_DIR/srv.key and srv.crt (P-256,
+#       for 127.0.0.1), what front_start serves and a provider's ca_cert
+#       trusts
 #   night_load_sql
 #       prints the SQL of the trickle every rig shares: the tables night_log
 #       and night_stop, night_body(kind), and night_trickle(kind, rate,
@@ -36,6 +41,11 @@ front_pids() {	# the master and its worker
 	echo "$1" $(ps -o pid= --ppid "$1")
 }
 
+night_cert() {
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=127.0.0.1 \
+		-addext "subjectAltName=IP:127.0.0.1" -keyout "$BENCH_DIR/srv.key" -out "$BENCH_DIR/srv.crt" 2>/dev/null
+}
+
 night_rig() {
 	local name=$1 RETENTION=$2 lane
 	SIM_SMS=$BENCH_SIM_PORT
@@ -45,8 +55,7 @@ night_rig() {
 	command -v nghttpx >/dev/null || { echo "nghttpx is not installed (package nghttp2-proxy)" >&2; exit 2; }
 
 	bench_dir "$name"
-	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=127.0.0.1 \
-		-addext "subjectAltName=IP:127.0.0.1" -keyout "$BENCH_DIR/srv.key" -out "$BENCH_DIR/srv.crt" 2>/dev/null
+	night_cert
 	# the providers: lognormal latency, 0.5% held (the client times out), half of those delivered
 	sim_args=(--latency-ms 120 --latency-p99-ms 600 --p-timeout 0.005 --q 0.5 --hold-ms 10000)
 	sim_start sms "$SIM_SMS" "${sim_args[@]}" --seed 32 --ledger-file "$BENCH_DIR/ledger_sms.txt"
