@@ -30,8 +30,12 @@
 #   night_load_sql
 #       prints the SQL of the trickle every rig shares: the tables night_log
 #       and night_stop, night_body(kind), and night_trickle(kind, rate,
-#       poisson[, sys]): one job of kind K per transaction, RATE per second
-#       (Poisson arrivals, or evenly spaced), until night_stop.stop
+#       poisson[, sys[, push_every]]): one job of kind K per transaction,
+#       RATE per second (Poisson arrivals, or evenly spaced), until
+#       night_stop.stop; with push_every N > 0, every Nth OTP is enqueued
+#       push first instead (kind otp_push, an APNs payload to a device
+#       token of its own, "a0" and the number in hex, and the SMS as its
+#       "fallback" member)
 #
 # It reads INFLIGHT, PUSH_CONNS, BULK_SENDERS, TIMEOUT, FRONT_SMS and sets
 # FRONT_PUSH, SIM_SMS, SIM_PUSH, sim_pid_sms, sim_pid_push, front_pid_sms,
@@ -152,13 +156,17 @@ night_load_sql() {
 
 	-- one job of kind K per transaction, RATE per second (Poisson arrivals,
 	-- or evenly spaced), each logged with the clock read before its commit,
-	-- until night_stop says so; SYS 'pgq': an event of PgQ's queue night_K
-	CREATE PROCEDURE night_trickle(k text, rate float8, poisson boolean, sys text DEFAULT 'nd') LANGUAGE plpgsql AS $$
+	-- until night_stop says so; SYS 'pgq': an event of PgQ's queue night_K;
+	-- PUSH_EVERY N > 0: every Nth OTP push first (kind otp_push, an APNs
+	-- payload whose "fallback" member is the SMS)
+	CREATE PROCEDURE night_trickle(k text, rate float8, poisson boolean, sys text DEFAULT 'nd',
+	                               push_every int DEFAULT 0) LANGUAGE plpgsql AS $$
 	DECLARE
 	    t0 float8 := extract(epoch FROM clock_timestamp());
 	    next_at float8 := 0;
 	    now_s float8;
 	    i bigint := 0;
+	    kind text;
 	BEGIN
 	    LOOP
 	        EXIT WHEN (SELECT stop FROM night_stop);
@@ -169,12 +177,20 @@ night_load_sql() {
 	            CONTINUE;
 	        END IF;
 	        i := i + 1;
+	        kind := k;
 	        IF sys = 'pgq' THEN
 	            PERFORM pgq.insert_event('night_' || k, k, json_build_object('k', k || ':' || i || ':' || k || '-' || i, 'b', night_body(k)::text)::text);
+	        ELSIF k = 'otp' AND push_every > 0 AND i % push_every = 0 THEN
+	            kind := 'otp_push';
+	            PERFORM notif_enqueue(i, kind, k || '-' || i,
+	                        jsonb_build_object('device_token', 'a0' || lpad(to_hex(i), 10, '0'),
+	                                           'headers', '{"apns-topic": "com.example.bank", "apns-push-type": "alert"}'::jsonb,
+	                                           'aps', '{"alert": "Ma OTP: 654321"}'::jsonb,
+	                                           'fallback', night_body(k)));
 	        ELSE
 	            PERFORM notif_enqueue(i, k, k || '-' || i, night_body(k));
 	        END IF;
-	        INSERT INTO night_log VALUES (k, i, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+	        INSERT INTO night_log VALUES (kind, i, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
 	        COMMIT;
 	        next_at := next_at + CASE WHEN poisson THEN -ln(1.0 - random()) / rate ELSE 1.0 / rate END;
 	    END LOOP;
