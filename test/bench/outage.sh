@@ -471,6 +471,12 @@ one_run() {	# CASE CONFIG
 		       c.outcome, c.http_status FROM notif_job j JOIN notif_calls c ON c.job_id = j.id
 		 WHERE j.kind || ':' || j.user_id || ':' || j.order_id = '$k' ORDER BY c.started_at"
 	done <"$run_dir/dup_keys"
+	# every call not accepted, by provider, phase of the run, outcome and error (a timeout before the
+	# outage, with no fault made, is the machine's or the rig's, not gw_a's), with how long they took
+	cluster_psql -c "SELECT c.provider, CASE WHEN c.started_at < $on_ts THEN 'before' WHEN c.started_at <= $off_ts
+		       THEN 'during' ELSE 'after' END AS phase, c.outcome, regexp_replace(left(c.error, 60), '[0-9]+', 'N', 'g') AS error,
+		       count(*), round(avg(extract(epoch FROM c.ended_at - c.started_at)) * 1000) AS avg_ms
+		  FROM notif_calls c WHERE c.outcome <> 'accepted' GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4"
 	cluster_psql -c "SELECT kind, fallback_of IS NOT NULL AS fallback, status, outcome, provider,
 		regexp_replace(last_error, '[0-9]+', 'N', 'g') AS last_error, count(*)
 		FROM notif_job WHERE status <> 'sent' GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 1, 2, 3, 4, 5, 6"
