@@ -23,7 +23,10 @@
 #       fa7* 400 BadDeviceToken after 4 MB of padding
 #   POST /hook/N                      a plain webhook: 200 {"ok":true}
 #
-# Control: GET /stats (counters, "name value" lines), GET /secrets (every
+# Control: GET /stats (counters, "name value" lines), GET /ledger (a line
+# per FCM token or APNs device token called: "TOKEN received accepted 1
+# first_us last_us", the shape of provider_sim's ledger, times of the calls
+# accepted in microseconds since the epoch), GET /secrets (every
 # access token issued and provider token seen, one a line: for the test to
 # look for them where they must not be), POST /revoke (forget the issued
 # access tokens: the next FCM call is a 401), POST /release-tokens (see
@@ -70,6 +73,7 @@ my %issued;        # access token => expiry (epoch s)
 my %jwt_seen;      # APNs provider token => 1 (verified) or 0 (bad)
 my %expired_jwt;   # provider tokens answered ExpiredProviderToken
 my %throttled;     # device tokens answered 429 once
+my %ledger;        # FCM or APNs token => [received, accepted, first_us, last_us]
 my $msg_id = 0;
 
 my $listen = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $o{port},
@@ -159,6 +163,7 @@ sub fcm_endpoint
 	my $m = eval { $json->decode($body)->{message} };
 	return fcm_error(400, 'INVALID_ARGUMENT', 'Invalid JSON payload received.') unless ref $m eq 'HASH';
 	my $t = $m->{token} // '';
+	ledger($t, 0);
 	return fcm_error(404, 'NOT_FOUND', 'Requested entity was not found.', 'UNREGISTERED') if $t =~ /^dead/;
 	return fcm_error(400, 'INVALID_ARGUMENT', 'The registration token is not a valid FCM registration token',
 		'INVALID_ARGUMENT') if $t =~ /^bad/;
@@ -166,6 +171,7 @@ sub fcm_endpoint
 	  if $t =~ /^quota/;
 	return respond(400, '{"error":{"code":400,"status":"x' . ("\xc3\xa9" x 150) . '"}}') if $t =~ /^long/;
 	$stat{fcm_accepted}++;
+	ledger($t, 1);
 	return respond(200, $json->encode({ name => "projects/$project/messages/" . ++$msg_id }));
 }
 
@@ -192,6 +198,7 @@ sub apns_endpoint
 		return respond(403, '{"reason":"ExpiredProviderToken"}');
 	}
 	return respond(400, '{"reason":"MissingTopic"}') unless $hdr->{'apns-topic'};
+	ledger($device, 0);
 	return respond(400, '{"reason":"BadDeviceToken"}') if $device =~ /^bad0/;
 	return respond(410, '{"reason":"Unregistered","timestamp":1e30}') if $device =~ /^deadbeef/;
 	return respond(410, $json->encode({ reason => 'Unregistered', timestamp => 1700000000000 }))
@@ -203,7 +210,20 @@ sub apns_endpoint
 	  if $device =~ /^c0de/ && !$throttled{$device}++;
 	return respond(400, '{"reason":"BadDeviceToken"}') unless $device =~ /^[0-9a-f]+$/;
 	$stat{apns_accepted}++;
+	ledger($device, 1);
 	return respond(200, '', 'apns-id' => sprintf('00000000-0000-0000-0000-%012d', ++$msg_id));
+}
+
+# a call to TOKEN received (ACCEPTED 0), or accepted
+sub ledger
+{
+	my ($token, $accepted) = @_;
+	my $e = $ledger{$token} //= [ 0, 0, 0, 0 ];
+	if (!$accepted) { $e->[0]++; return; }
+	my $us = int(time * 1e6);
+	$e->[1]++;
+	$e->[2] ||= $us;
+	$e->[3] = $us;
 }
 
 sub unescape { my ($v) = @_; $v =~ s/%([0-9A-Fa-f]{2})/chr(hex($1))/ge; return $v; }
@@ -215,6 +235,10 @@ sub handle
 	if ($method eq 'GET' && $target eq '/stats')
 	{
 		return (respond(200, join('', map { "$_ $stat{$_}\n" } sort keys %stat)), 0);
+	}
+	if ($method eq 'GET' && $target eq '/ledger')
+	{
+		return (respond(200, join('', map { "$_ @{$ledger{$_}}[0, 1] 1 @{$ledger{$_}}[2, 3]\n" } sort keys %ledger)), 0);
 	}
 	if ($method eq 'GET' && $target eq '/secrets')
 	{
