@@ -98,6 +98,13 @@ SELECT try($$SELECT notif_enqueue(1, 'fcm_msg', 'g', '{"topic": "news", "android
 SELECT notif_enqueue(1, 'fcm_msg', 'ok', '{"token": "t1", "data": {"n": "5"}, "notification": {"title": "Hi"}}') > 0 AS enqueued;
 -- the error names the type and its provider's format
 SELECT notif_enqueue(1, 'fcm_msg', 'h', '{"condition": "''a'' in topics", "data": {"flag": true}}');
+-- (1.4) push first, SMS after: with a fallback_type, the payload's
+-- "fallback" member is the fallback's (never sent to FCM), not FCM's
+SELECT try($$SELECT notif_enqueue(1, 'fcm_msg', 'fb1', '{"token": "t1", "fallback": {"to": "+1", "text": "x"}}')$$) AS without_fallback_type;
+UPDATE notif_type SET fallback_type = 'apns_msg' WHERE code = 'fcm_msg';
+SELECT try($$SELECT notif_enqueue(1, 'fcm_msg', 'fb2', '{"token": "t1", "fallback": {"to": "+1", "text": "x"}}')$$) AS with_fallback_type;
+SELECT try($$SELECT notif_enqueue(1, 'fcm_msg', 'fb3', '{"token": "t1", "fallback": {}, "extra": 1}')$$) AS other_members_still_checked;
+UPDATE notif_type SET fallback_type = NULL WHERE code = 'fcm_msg';
 
 -- apns: a hex device token, headers as HTTP headers, a body of at most 4096 bytes
 SELECT try($$SELECT notif_enqueue(1, 'apns_msg', 'a', '{"aps": {"alert": "Hi"}}')$$);

@@ -288,9 +288,17 @@ enqueue_internal(FunctionCallInfo fcinfo, text *order_id_text)
 				 errhint("Create it first, e.g. INSERT INTO notif_type VALUES ('%s', 'at_least_once', 3, '15 seconds').",
 						 kind)));
 
-	/* an fcm or apns provider's rules: refused here, not at every call */
-	notif_push_check_payload((NotifFormat) type.format, payload, kind, type.apns_topics,
-							 type.fcm_topics);
+	/*
+	 * an fcm or apns provider's rules: refused here, not at every call; on
+	 * the payload as its calls send it (a fallback member is the fallback's)
+	 */
+	if (type.format == FORMAT_FCM || type.format == FORMAT_APNS)
+		notif_push_check_payload((NotifFormat) type.format,
+								 type.has_fallback ?
+								 DatumGetJsonbP(DirectFunctionCall2(jsonb_delete, JsonbPGetDatum(payload),
+																	CStringGetTextDatum("fallback"))) :
+								 payload,
+								 kind, type.apns_topics, type.fcm_topics);
 
 	if (type.has_deadline)
 	{

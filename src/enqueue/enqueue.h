@@ -23,6 +23,8 @@ typedef struct NotifTypeInfo
 								 * (in the caller's memory context) */
 	ArrayType  *fcm_topics;		/* its provider's fcm_topics, or NULL: any
 								 * target (in the caller's memory context) */
+	bool		has_fallback;	/* a fallback_type: the payload's "fallback"
+								 * member is not sent with its calls */
 } NotifTypeInfo;
 
 extern bool notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info);

@@ -48,6 +48,7 @@ static Oid	cached_provider_relid = InvalidOid;
 static SPIPlanPtr lookup_plan = NULL;
 static bool lookup_plan_apns = false;	/* it reads notif_provider.apns_topics */
 static bool lookup_plan_fcm = false;	/* and fcm_topics */
+static bool lookup_plan_fallback = false;	/* and notif_type.fallback_type */
 
 static void
 type_cache_invalidate(Datum arg, Oid relid)
@@ -93,6 +94,13 @@ type_cache_reset(Oid nspid)
 	type_cache_valid = true;
 }
 
+/* whether the type table has this column (an older schema has not) */
+static bool
+type_has(const char *column)
+{
+	return OidIsValid(cached_relid) && get_attnum(cached_relid, column) != InvalidAttrNumber;
+}
+
 /* whether the provider table has this column (an older schema has not) */
 static bool
 provider_has(const char *column)
@@ -111,8 +119,10 @@ get_lookup_plan(Oid nspid)
 {
 	bool		apns = provider_has("apns_topics");
 	bool		fcm = provider_has("fcm_topics");
+	bool		fallback = type_has("fallback_type");
 
-	if (lookup_plan && (lookup_plan_apns != apns || lookup_plan_fcm != fcm))
+	if (lookup_plan && (lookup_plan_apns != apns || lookup_plan_fcm != fcm ||
+						lookup_plan_fallback != fallback))
 	{
 		SPI_freeplan(lookup_plan);
 		lookup_plan = NULL;
@@ -124,12 +134,13 @@ get_lookup_plan(Oid nspid)
 
 		/* each %%s becomes %s, the schema notif_qualified_sql puts in */
 		plan = SPI_prepare(notif_qualified_sql(nspid,
-											   psprintf("SELECT t.deadline, t.lane, p.format, %s, %s"
+											   psprintf("SELECT t.deadline, t.lane, p.format, %s, %s, %s"
 														"  FROM %%s.notif_type t JOIN %%s.notif_provider p"
 														"    ON p.name OPERATOR(pg_catalog.=) t.provider"
 														" WHERE t.code OPERATOR(pg_catalog.=) $1",
 														apns ? "p.apns_topics" : "NULL::pg_catalog.text[]",
-														fcm ? "p.fcm_topics" : "NULL::pg_catalog.text[]")),
+														fcm ? "p.fcm_topics" : "NULL::pg_catalog.text[]",
+														fallback ? "t.fallback_type IS NOT NULL" : "false")),
 						   1, argtypes);
 		if (plan == NULL)
 			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
@@ -138,6 +149,7 @@ get_lookup_plan(Oid nspid)
 		lookup_plan = plan;
 		lookup_plan_apns = apns;
 		lookup_plan_fcm = fcm;
+		lookup_plan_fallback = fallback;
 	}
 	return lookup_plan;
 }
@@ -231,6 +243,8 @@ notif_type_lookup(Oid nspid, const char *code, NotifTypeInfo *info)
 			/* in the caller's memory, which SPI_finish keeps */
 			fresh.apns_topics = spi_array(4);
 			fresh.fcm_topics = spi_array(5);
+			d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 6, &isnull);
+			fresh.has_fallback = !isnull && DatumGetBool(d);
 		}
 		SPI_finish();
 

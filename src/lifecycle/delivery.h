@@ -114,6 +114,9 @@ typedef struct NotifTypeConf
 								 * type has an entry per route, in order) */
 	int			n_routes;
 	Datum		routes;			/* their names, a text[] */
+	bool		has_fallback;	/* it has a fallback_type: its payload's
+								 * "fallback" member is the fallback's,
+								 * never sent with its own calls */
 	bool		any_fallback;	/* some type of the database has a
 								 * fallback_type (the sender asks for
 								 * fallbacks only then) */

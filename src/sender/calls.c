@@ -16,6 +16,9 @@
 #include "postgres.h"
 
 #include "postmaster/interrupt.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -36,6 +39,7 @@ sender_new_call(NotifTypeConf *type, NotifClaimedJob *job, const SenderEndpoints
 											  ALLOCSET_SMALL_SIZES);
 	MemoryContext old = MemoryContextSwitchTo(cxt);
 	NotifCall  *call = palloc0(sizeof(NotifCall));
+	NotifClaimedJob sent;		/* the job as its call sends it */
 	char	   *key;
 	bool		same_provider = job->last_provider == NULL ||	/* its last call's, or none */
 		strcmp(job->last_provider, type->provider.name) == 0;
@@ -62,10 +66,15 @@ sender_new_call(NotifTypeConf *type, NotifClaimedJob *job, const SenderEndpoints
 	call->breaker_threshold = type->provider.breaker_threshold;
 	call->breaker_cooldown_ms = type->provider.breaker_cooldown_ms;
 	key = psprintf("%s:" INT64_FORMAT ":%s", type->code, job->user_id, job->order_id);
+	/* the fallback's payload is for the fallback's provider only */
+	sent = *job;
+	if (type->has_fallback)
+		sent.payload = DatumGetJsonbP(DirectFunctionCall2(jsonb_delete, JsonbPGetDatum(job->payload),
+														  CStringGetTextDatum("fallback")));
 	if (type->endpoint_by)
-		sender_endpoint_request(call, type, eps, job, key);	/* endpoints.c */
+		sender_endpoint_request(call, type, eps, &sent, key);	/* endpoints.c */
 	else
-		notif_build_request(call, &type->provider, key, job->payload, job->traceparent);
+		notif_build_request(call, &type->provider, key, sent.payload, job->traceparent);
 	call->key = key;
 	if (type->provider.batch_max > 1)
 		call->message = call->body; /* it goes in a batch (batch_calls.c) */

@@ -73,7 +73,7 @@ static const char *const sql_lane_types =
 "       CASE WHEN p.format = 'json' AND p.batch_results IS NOT NULL"
 "            THEN coalesce(p.batch_max, 1) ELSE 1 END,"
 "       (extract(epoch FROM p.batch_wait) * 1000)::int8, p.batch_format ->> 'field', p.batch_results,"
-"       p.signing IS NOT NULL"
+"       p.signing IS NOT NULL, t.fallback_type IS NOT NULL"
 "  FROM %s.notif_type t"
 "  CROSS JOIN LATERAL (SELECT ARRAY[t.provider] || coalesce(t.backup_providers, '{}') AS routes) rs"
 "  CROSS JOIN LATERAL unnest(rs.routes) WITH ORDINALITY AS r(name, route)"

@@ -201,6 +201,7 @@ notif_lane_types_from_rows(MemoryContext cxt, NotifTypeConf **out)
 		else
 			t->provider.batch_max = 1;
 		t->provider.signing = DatumGetBool(spi_col(i, 47, &isnull));
+		t->has_fallback = DatumGetBool(spi_col(i, 48, &isnull));
 	}
 	*out = types;
 	return (int) SPI_processed;

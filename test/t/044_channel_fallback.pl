@@ -54,6 +54,8 @@ is(sql($node, q{SELECT payload::text || ' ' || (created_at - (SELECT last_ended_
 	'its payload the "fallback" member; written with the push\'s accepted call, due 2 s later');
 is(last_request($sms, 'otp_sms:1:o1')->{body}, '{"to": "+84901234567", "text": "code 1234"}',
 	'the SMS provider got the fallback member, under the same user and order');
+is(last_request($push, 'otp_push:1:o1')->{body}, '{"text": "code 1234", "token": "t"}',
+	'the push provider got the payload without its "fallback" member (the phone number is the SMS\'s)');
 
 # --- a delivered report in time cancels it ---
 sql($node, "SELECT notif_enqueue(2, 'otp_push', 'o2', $payload)");
