@@ -795,17 +795,17 @@ start_sim
 echo "# simulator on port $PORT (DLRs)"
 code -H 'Idempotency-Key: nodlr' --data-binary x >/dev/null
 is "$(stat dlrs_made) $(curl -s "$BASE/dlrs")" "0 " "DLRs are off by default"
-curl -s -o /dev/null "$BASE/config?dlr_median_ms=300"
+# (2 s: "not at once" must hold however slow this machine is between calls)
+curl -s -o /dev/null "$BASE/config?dlr_median_ms=2000"
 code -H 'Idempotency-Key: dl-one' --data-binary x >/dev/null
-is "$(stat dlrs_made)" 1 "dlr_median_ms=300: a delivered copy makes a report"
+is "$(stat dlrs_made)" 1 "dlr_median_ms=2000: a delivered copy makes a report"
 is "$(curl -s "$BASE/dlrs")" "" "... not available at once"
-sleep 0.4
-line=$(curl -s "$BASE/dlrs")
+for _ in $(seq 100); do line=$(curl -s "$BASE/dlrs"); [ -n "$line" ] && break; sleep 0.1; done
 first=$(curl -s "$BASE/ledger" | awk '$1 == "dl-one" { print $5 }')
 is "$(echo "$line" | cut -f1-3 | tr '\t' ' ')" "1 dl-one 1" "... after its latency: seq TAB key TAB delivered"
 lat=$(($(echo "$line" | cut -f4) - first / 1000))
-OK_NAME="... reported_at is the delivery plus 300 ms (no spread): $lat"
-ok test "$lat" -ge 299 -a "$lat" -le 301
+OK_NAME="... reported_at is the delivery plus 2000 ms (no spread): $lat"
+ok test "$lat" -ge 1999 -a "$lat" -le 2001
 code -H 'Idempotency-Key: dl-500' -H 'X-Sim-Fault: 500' --data-binary x >/dev/null
 code -H 'Idempotency-Key: dl-4' -H 'X-Sim-Fault: 400' --data-binary x >/dev/null
 curl_rc -m 1 -H 'Idempotency-Key: dl-td' -H 'X-Sim-Fault: timeout_delivered' --data-binary x >/dev/null
@@ -815,7 +815,7 @@ code -H 'Idempotency-Key: dl-w' --data-binary x >/dev/null
 code -H 'Idempotency-Key: dl-w' --data-binary x >/dev/null
 is "$(stat dlrs_made)" 3 "a repeat deduplicated makes none"
 curl -s -o /dev/null "$BASE/config?dedup_window_ms=0"
-sleep 0.4
+for _ in $(seq 100); do [ "$(curl -s "$BASE/dlrs" | wc -l)" -ge 3 ] && break; sleep 0.1; done
 is "$(curl -s "$BASE/dlrs" | cut -f1,2 | tr '\t\n' ': ')" "1:dl-one 2:dl-td 3:dl-w " "GET /dlrs: all in seq order"
 is "$(curl -s "$BASE/dlrs?after=1&limit=1" | cut -f1,2 | tr '\t\n' ': ')" "2:dl-td " "after=1&limit=1"
 is "$(curl -s "$BASE/dlrs?after=3")" "" "after=3: none"

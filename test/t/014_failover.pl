@@ -55,7 +55,10 @@ sub failover_run
 	# primary's incarnations now start from a later clock than the standby's.
 	$primary->restart;
 
-	add_load_types($primary, $sim);
+	# 64 calls at a time of 200 ms each: about 15 s per lane, so that
+	# calls are still in flight when the primary dies (at 256, a machine
+	# with nothing else to do sent all 5,000 first)
+	add_load_types($primary, $sim, max_inflight => 64);
 	$primary->wait_for_catchup($standby);
 	if ($opt{standby_checks})
 	{

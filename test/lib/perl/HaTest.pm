@@ -69,7 +69,7 @@ sub add_load_types
 		set_provider($node, $p, $sim->{url},
 			idempotency_header => q('Idempotency-Key'),
 			timeout => q('60 seconds'),
-			max_inflight => 256);
+			max_inflight => $opt{max_inflight} // 256);
 	}
 	my $amo_tries = $opt{amo_tries} // 1;
 	$node->safe_psql('postgres', qq{
