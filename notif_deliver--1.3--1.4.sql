@@ -144,15 +144,8 @@ ALTER TABLE notif_job ADD COLUMN claimed_provider text;
 
 COMMENT ON COLUMN notif_job.claimed_provider IS 'while a sender holds the job: the provider its call goes to; NULL otherwise';
 
-CREATE OR REPLACE VIEW notif_calls AS
-SELECT a.job_id, a.try, a.started_at, a.ended_at, a.outcome, a.http_status, a.error, a.provider
-  FROM notif_attempt a
-UNION ALL
--- a first call that was accepted: its job row, not notif_attempt, holds it
-SELECT j.id, 1, j.last_started_at, j.last_ended_at, j.outcome, j.http_status, NULL::text, j.provider
-  FROM notif_job j
- WHERE j.earlier_tries + j.tries = 1 AND j.outcome = 'accepted'
-   AND j.last_started_at IS NOT NULL AND j.claimed_by IS NULL;
+-- (notif_calls shows each call's provider: the view is made once, with
+-- batch_id too, in "provider batches" below)
 
 /*
  * backup_providers name providers, as notif_type.provider does: each must
@@ -767,6 +760,7 @@ ALTER TABLE notif_attempt ADD COLUMN batch_id bigint;
 COMMENT ON COLUMN notif_job.batch_id IS 'the batch its last call went in (the same for every message of that call); NULL: a call of its own';
 COMMENT ON COLUMN notif_attempt.batch_id IS 'the batch the call''s message went in; NULL: a call of its own';
 
+-- each call with the provider that took it and the batch it went in
 CREATE OR REPLACE VIEW notif_calls AS
 SELECT a.job_id, a.try, a.started_at, a.ended_at, a.outcome, a.http_status, a.error, a.provider,
        a.batch_id
