@@ -42,21 +42,11 @@ my @held = qw(A B C);    # the receiver's secrets, in this order
 
 # the receiver, on a free port, stopped when the test ends
 my $port = PostgreSQL::Test::Cluster::get_free_port();
-my $receiver_log = "$PostgreSQL::Test::Utils::tmp_check/webhook_receiver_$port.log";
-my $receiver_pid = fork();
-die "fork: $!" unless defined $receiver_pid;
-if ($receiver_pid == 0)
-{
-	open(STDOUT, '>', $receiver_log);
-	open(STDERR, '>&', \*STDOUT);
-	$ENV{NOTIF_NPM_DIR} = $npm_dir;
-	exec('node', 'test/sim/webhook_receiver.js', $port, map { $secret{$_} } @held) or die "exec node: $!";
-}
-END { local $?; if ($receiver_pid) { kill 'KILL', $receiver_pid; waitpid($receiver_pid, 0); } }
-my $receiver = { port => $port };
+$ENV{NOTIF_NPM_DIR} = $npm_dir;
+my $receiver = start_server('webhook_receiver', $port,
+	'node', 'test/sim/webhook_receiver.js', $port, map { $secret{$_} } @held);
 my $url = "http://127.0.0.1:$port/hook";
-ok(wait_for(sub { (eval { sim_get($receiver, '/health') } // '') eq 'ok' }), 'the receiver started')
-  or BAIL_OUT('webhook_receiver.js did not start: ' . slurp_file($receiver_log));
+is(sim_get($receiver, '/health'), 'ok', 'the receiver started');
 
 sub wait_for
 {

@@ -12,11 +12,11 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-our @EXPORT = qw(new_node configure_node start_sim sim_get ledger ledger_key stats wait_until headers_of
+our @EXPORT = qw(new_node configure_node start_sim start_server sim_get ledger ledger_key stats wait_until headers_of
   job_row set_provider last_request doc_sql wait_config_read table_rows wait_until_ledger
   active_mismatches schema_version sql sender_pid enqueue job_resolution fault_provider);
 
-# simulators started by this test, stopped when it ends
+# simulators (and other servers) started by this test, stopped when it ends
 my @sims;
 END { local $?; kill "KILL", $_->{pid} for @sims; waitpid($_->{pid}, 0) for @sims; }
 
@@ -56,24 +56,35 @@ sub start_sim
 	my $bin = 'test/sim/provider_sim';
 	die "$bin not built (make -C test/sim)" unless -x $bin;
 	my $port = ref $args[0] eq 'HASH' ? (shift @args)->{port} : PostgreSQL::Test::Cluster::get_free_port();
-	my $log = "$PostgreSQL::Test::Utils::tmp_check/sim_$port.log";
+	my $sim = start_server('sim', $port, $bin, '--port', $port, @args);
+	$sim->{url} = "http://127.0.0.1:$port/send";
+	return $sim;
+}
+
+# A test server on $port (the simulator, or another that answers GET
+# /health with "ok"), its output in tmp_check/NAME_PORT.log, killed when
+# the test ends; returns { port, pid } once it answers.
+sub start_server
+{
+	my ($name, $port, @cmd) = @_;
+	my $log = "$PostgreSQL::Test::Utils::tmp_check/${name}_$port.log";
 	my $pid = fork();
 	die "fork: $!" unless defined $pid;
 	if ($pid == 0)
 	{
 		open(STDOUT, '>', $log);
 		open(STDERR, '>&', \*STDOUT);
-		exec($bin, '--port', $port, @args) or die "exec $bin: $!";
+		exec(@cmd) or die "exec $cmd[0]: $!";
 	}
-	my $sim = { port => $port, pid => $pid, url => "http://127.0.0.1:$port/send" };
-	push @sims, $sim;
+	my $server = { port => $port, pid => $pid };
+	push @sims, $server;
 	for (1 .. 100)
 	{
-		my $r = eval { sim_get($sim, '/health') };
-		return $sim if defined $r && $r =~ /ok/;
+		my $r = eval { sim_get($server, '/health') };
+		return $server if defined $r && $r =~ /ok/;
 		usleep(50_000);
 	}
-	die "provider_sim did not start on port $port";
+	die "$cmd[0] did not start on port $port: " . slurp_file($log);
 }
 
 # Stop a simulator (SIGKILL, as a provider that crashes), and wait until no
