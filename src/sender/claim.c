@@ -41,6 +41,31 @@
  */
 #define EXPIRE_WHILE_OPEN_MS	1000
 
+/*
+ * The jobs a claim found late (expired, or an at_most_once one left
+ * sent): their ends told to the application, their fallbacks made.
+ */
+static void
+ended_late(const NotifClaimedJob *jobs, int n)
+{
+	int64	   *ids;
+	int			k = 0,
+				j;
+
+	if ((!sender.any_outcomes && !sender.any_fallback) || n == 0)
+		return;
+	ids = palloc(sizeof(int64) * n);
+	for (j = 0; j < n; j++)
+		if (jobs[j].deadline_passed)
+			ids[k++] = jobs[j].id;
+	if (k == 0)
+		return;
+	if (sender.any_outcomes)
+		notif_sql_outcomes(ids, k, NULL, 0);	/* outcomes.c's, for results */
+	if (sender.any_fallback)
+		sender_fallbacks(ids, k);
+}
+
 /* the routes of one type this round */
 typedef struct Routes
 {
@@ -154,8 +179,7 @@ expire_while_open(NotifTypeConf *type, TimestampTz now, Snapshot snapshot, Times
 	{
 		n = notif_sql_claim(type->code, type->delivery, notif_batch_size, true, NULL, NULL,
 							sender.incarnation, snapshot, sender.round_cxt, &jobs);
-		sender_outcomes_of_late(jobs, n);
-		sender_fallbacks_of_late(jobs, n);
+		ended_late(jobs, n);
 		type->expired_at = now;
 		again = TimestampTzPlusMilliseconds(now, EXPIRE_WHILE_OPEN_MS);
 	}
@@ -301,8 +325,7 @@ sender_claim_jobs(void)
 		n = notif_sql_claim(type->code, type->delivery, limit, false,
 							type->n_routes > 1 ? &claim_route : NULL, type->provider.name,
 							sender.incarnation, snapshot, sender.round_cxt, &jobs);
-		sender_outcomes_of_late(jobs, n);
-		sender_fallbacks_of_late(jobs, n);
+		ended_late(jobs, n);
 		endpoints = sender_claim_endpoints(type, jobs, n);	/* NULL: not needed */
 		if (type->provider.batch_max > 1)
 			batched = palloc(sizeof(NotifCall *) * Max(n, 1));

@@ -261,21 +261,3 @@ sender_fallbacks_of_results(const NotifResult *results, int n, const bool *passe
 			ids[k++] = results[i].job_id;
 	sender_fallbacks(ids, k);
 }
-
-/* The jobs a claim found late, now expired. */
-void
-sender_fallbacks_of_late(const NotifClaimedJob *jobs, int n)
-{
-	int64	   *ids;
-	int			k = 0,
-				j;
-
-	if (!sender.any_fallback || n == 0)
-		return;
-	ids = palloc(sizeof(int64) * n);
-	for (j = 0; j < n; j++)
-		if (jobs[j].deadline_passed)
-			ids[k++] = jobs[j].id;
-	if (k > 0)
-		sender_fallbacks(ids, k);
-}

@@ -44,20 +44,3 @@ sender_outcomes_of_results(const NotifResult *results, int n, const bool *ended)
 			ids[k++] = results[i].job_id;
 	notif_sql_outcomes(ids, k, NULL, 0);
 }
-
-/* The jobs a claim found late: each expired (or an at_most_once one left sent). */
-void
-sender_outcomes_of_late(const NotifClaimedJob *jobs, int n)
-{
-	int64	   *ids;
-	int			k = 0,
-				j;
-
-	if (!sender.any_outcomes || n == 0)
-		return;
-	ids = palloc(sizeof(int64) * n);
-	for (j = 0; j < n; j++)
-		if (jobs[j].deadline_passed)
-			ids[k++] = jobs[j].id;
-	notif_sql_outcomes(ids, k, NULL, 0);
-}

@@ -165,7 +165,6 @@ struct NotifClaimedJob;
 extern void sender_fallbacks(const int64 *ids, int n);
 extern void sender_fallbacks_pending(void);
 extern void sender_fallbacks_of_results(const struct NotifResult *results, int n, const bool *passed);
-extern void sender_fallbacks_of_late(const struct NotifClaimedJob *jobs, int n);
 extern void sender_fallbacks_committed(void);
 extern void sender_fallbacks_rolled_back(void);
 extern TimestampTz sender_fallbacks_retry_at(void);
@@ -174,7 +173,6 @@ extern TimestampTz sender_fallbacks_retry_at(void);
 extern bool *sender_outcomes_ended(int n);
 extern void sender_outcomes_of_results(const struct NotifResult *results, int n,
 									   const bool *ended);
-extern void sender_outcomes_of_late(const struct NotifClaimedJob *jobs, int n);
 
 /* sender/claim.c */
 extern void sender_claim_jobs(void);
