@@ -836,7 +836,11 @@ COMMENT ON COLUMN notif_job.traceparent IS 'the W3C traceparent given at enqueue
 /*
  * The new notif_enqueue functions are made beside the old ones, given the
  * EXECUTE grants of the old (aclexplode: each grantee, PUBLIC too), then
- * the old are dropped.
+ * the old are dropped.  PostgreSQL records what an extension's script
+ * grants as the extension's initial privileges (pg_init_privs), which
+ * pg_dump leaves out; so the new functions' initial privileges are set
+ * back to what a fresh 1.4 records (the owner's alone, as after the
+ * REVOKE): the copied grants stay the user's, and a dump carries them.
  */
 CREATE FUNCTION notif_enqueue(user_id bigint, kind text, order_id text,
                               payload jsonb DEFAULT '{}',
@@ -863,7 +867,13 @@ REVOKE ALL ON FUNCTION notif_enqueue(bigint, text, bigint, jsonb, timestamptz, t
 DO $$
 DECLARE
     g record;
+    fresh_acl aclitem[];
 BEGIN
+    SELECT p.proacl INTO STRICT fresh_acl
+      FROM pg_catalog.pg_proc p
+     WHERE p.proname = 'notif_enqueue' AND p.pronargs = 6
+       AND p.pronamespace = '@extschema@'::regnamespace
+       AND p.proargtypes[2] = 'pg_catalog.text'::pg_catalog.regtype;
     FOR g IN SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END AS grantee,
                     a.is_grantable, format_type(p.proargtypes[2], NULL) AS order_id_type
                FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
@@ -876,6 +886,12 @@ BEGIN
                        g.order_id_type, g.grantee,
                        CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
     END LOOP;
+    UPDATE pg_catalog.pg_init_privs i
+       SET initprivs = fresh_acl
+      FROM pg_catalog.pg_proc p
+     WHERE i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND i.objoid = p.oid
+       AND i.objsubid = 0 AND p.proname = 'notif_enqueue' AND p.pronargs = 6
+       AND p.pronamespace = '@extschema@'::regnamespace;
 END;
 $$;
 

@@ -10,7 +10,8 @@
 # notif_job; the custom dump, restored into the database of a second
 # server's launcher, resumes delivery from where the dump was taken: held
 # at_most_once calls recorded unknown and never made again, held and
-# queued at_least_once jobs delivered.
+# queued at_least_once jobs delivered.  A database updated from 1.3 keeps
+# the EXECUTE its application was granted on notif_enqueue through a dump.
 use strict;
 use warnings;
 use lib 'test/lib/perl';
@@ -161,6 +162,28 @@ is((split / /, ledger_key($sim, $held[0]))[2], '1', 'the job sent again carried 
 is(headers_of(last_request($sim, "later:$u_later->[0]:l$u_later->[0]"))->{Authorization},
 	'Bearer dump-test-secret', 'the default provider\'s credentials came through the restore');
 unlike(slurp_file($new->logfile), qr/dump-test-secret|hangs-secret/, 'no credential in the server log');
+
+# A database updated from 1.3: the EXECUTE an application was granted on
+# notif_enqueue is granted on the 1.4 functions by the update, as the
+# user's grant (not the extension's initial privileges), so a dump carries
+# it; the initial privileges are those of a fresh 1.4.
+my $acl_sql = q{SELECT p.oid::regprocedure || ' ' || coalesce(i.initprivs::text, '-')
+                  FROM pg_proc p LEFT JOIN pg_init_privs i ON i.classoid = 'pg_proc'::regclass AND i.objoid = p.oid
+                 WHERE p.proname = 'notif_enqueue' ORDER BY 1};
+$old->safe_psql('postgres', q{CREATE ROLE enqueuer; CREATE DATABASE upd13; CREATE DATABASE fresh14});
+$old->safe_psql('upd13', q{CREATE EXTENSION notif_deliver VERSION '1.3';
+	GRANT EXECUTE ON FUNCTION notif_enqueue(bigint, text, text, jsonb, timestamptz) TO enqueuer;
+	ALTER EXTENSION notif_deliver UPDATE TO '1.4'});
+$old->safe_psql('fresh14', 'CREATE EXTENSION notif_deliver');
+is($old->safe_psql('upd13', $acl_sql), $old->safe_psql('fresh14', $acl_sql),
+	'updated from 1.3: notif_enqueue\'s initial privileges are a fresh 1.4\'s');
+my $can = q{SELECT has_function_privilege('enqueuer', 'notif_enqueue(bigint, text, text, jsonb, timestamptz, text)', 'EXECUTE')
+	           || ' ' || has_function_privilege('enqueuer', 'notif_enqueue(bigint, text, bigint, jsonb, timestamptz, text)', 'EXECUTE')};
+is($old->safe_psql('upd13', $can), 'true false', 'updated from 1.3: the grant went to the new notif_enqueue(text order_id), only there');
+$new->safe_psql('postgres', 'CREATE ROLE enqueuer; CREATE DATABASE upd13');
+command_ok([ 'sh', '-c', 'pg_dump -d "$0" | psql -X -q -v ON_ERROR_STOP=1 -d "$1" >/dev/null',
+		$old->connstr('upd13'), $new->connstr('upd13') ], 'updated from 1.3: dumped and restored');
+is($new->safe_psql('upd13', $can), 'true false', 'updated from 1.3: the restore keeps the grant');
 
 done_testing();
 
