@@ -699,7 +699,12 @@ COMMENT ON FUNCTION notif_endpoint_refuses(inet) IS 'the rule that keeps an endp
  *   "match": "order" (the default: result i is message i) or "key" (each
  *            result names its message's key at "key_field", a dotted path),
  *   "reason": a dotted path to a text kept as a rejected or unknown
- *             message's last_error.
+ *             message's last_error,
+ *   "unregistered": the reasons of a rejected message that say its device
+ *                   token is dead (Expo's DeviceNotRegistered; needs
+ *                   "reason" and "rejected"): notif_unregistered lists it,
+ *   "token_field": a dotted path in the message as sent to that token
+ *                  (default "to"; only with "unregistered").
  * A dotted path: one or more keys, none empty.
  */
 CREATE FUNCTION notif_batch_results_valid(spec jsonb)
@@ -709,7 +714,7 @@ SET search_path = pg_catalog, pg_temp
 RETURN coalesce(jsonb_typeof(spec) = 'object'
    AND NOT EXISTS (SELECT FROM jsonb_object_keys(spec) k
                     WHERE k NOT IN ('path', 'match', 'key_field', 'field', 'accepted',
-                                    'rejected', 'reason'))
+                                    'rejected', 'reason', 'unregistered', 'token_field'))
    AND jsonb_typeof(spec -> 'field') = 'string'
    AND (spec ->> 'field') ~ '^[^.]+(\.[^.]+)*$'
    AND coalesce((spec ->> 'path') ~ '^[^.]+(\.[^.]+)*$', NOT spec ? 'path')
@@ -721,12 +726,28 @@ RETURN coalesce(jsonb_typeof(spec) = 'object'
    AND NOT (spec -> 'accepted') @? '$[*] ? (@.type() != "string")'
    AND coalesce(jsonb_typeof(spec -> 'rejected') = 'array', NOT spec ? 'rejected')
    AND NOT coalesce((spec -> 'rejected') @? '$[*] ? (@.type() != "string")', false)
+   -- unregistered: reasons of a rejected message that name a dead device
+   -- token (at token_field of the message): needs rejected and reason
+   AND CASE WHEN spec ? 'unregistered'
+            THEN jsonb_typeof(spec -> 'unregistered') = 'array'
+                 AND jsonb_array_length(spec -> 'unregistered') > 0
+                 AND NOT (spec -> 'unregistered') @? '$[*] ? (@.type() != "string")'
+                 AND spec ? 'reason' AND spec ? 'rejected'
+            ELSE true END
+   AND CASE WHEN spec ? 'token_field'
+            THEN jsonb_typeof(spec -> 'token_field') = 'string'
+                 AND (spec ->> 'token_field') ~ '^[^.]+(\.[^.]+)*$'
+                 AND spec ? 'unregistered'
+            ELSE true END
    AND coalesce(spec ->> 'match', 'order') IN ('order', 'key')
    AND ((coalesce(spec ->> 'match', 'order') = 'key')
         = ((jsonb_typeof(spec -> 'key_field') = 'string'
             AND (spec ->> 'key_field') ~ '^[^.]+(\.[^.]+)*$') IS TRUE)), false);
 
 COMMENT ON FUNCTION notif_batch_results_valid(jsonb) IS 'whether a notif_provider.batch_results spec is well formed (its CHECK)';
+
+-- a batch's result can say a device token is dead (batch_results.unregistered)
+COMMENT ON VIEW notif_unregistered IS 'device tokens FCM or APNs reported dead, or a batching provider (batch_results.unregistered): delete them in the app, then here';
 
 ALTER TABLE notif_provider
     ADD COLUMN batch_max int
@@ -749,7 +770,7 @@ ALTER TABLE notif_provider
 
 COMMENT ON COLUMN notif_provider.batch_max IS 'json: the most messages one call carries (its body an array of the payloads, its answer a result per message: batch_results); NULL or 1: one message per call';
 COMMENT ON COLUMN notif_provider.batch_format IS 'a batch''s body: {"field": "messages"} puts the payloads'' array in that member of an object; NULL: the body is the array';
-COMMENT ON COLUMN notif_provider.batch_results IS 'where a batch''s answer has its per-message results and what they say: {"path", "match": "order"|"key", "key_field", "field", "accepted": [...], "rejected": [...], "reason"}';
+COMMENT ON COLUMN notif_provider.batch_results IS 'where a batch''s answer has its per-message results and what they say: {"path", "match": "order"|"key", "key_field", "field", "accepted": [...], "rejected": [...], "reason", "unregistered": [...], "token_field"}';
 COMMENT ON COLUMN notif_provider.batch_wait IS 'how long a due job may wait for others to fill a batch (0: only what is due now)';
 
 -- the call a job's message shared with others (NULL: a call of its own)

@@ -19,7 +19,11 @@
  * (read as a status lookup's field: a string, a number or a boolean, as
  * text) among the "accepted" or "rejected" values; any other value, and a
  * message with no result, is unknown.  A 2xx whose results cannot be read
- * (not JSON, no array at the path) makes every message unknown.
+ * (not JSON, no array at the path) makes every message unknown.  A
+ * rejected message whose reason is one of "unregistered" (Expo's
+ * DeviceNotRegistered) names a dead device token: the one at
+ * "token_field" of its message (default "to") goes to notif_unregistered,
+ * as an FCM or APNs answer's does.
  *
  *-------------------------------------------------------------------------
  */
@@ -30,6 +34,7 @@
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/numeric.h"
+#include "utils/timestamp.h"
 
 #include "core/excerpt.h"
 #include "core/json.h"
@@ -220,6 +225,29 @@ set_outcome(NotifCall *call, NotifOutcome outcome, const char *why)
 }
 
 /*
+ * A rejected message's device token is dead: the token at "token_field"
+ * of the message as sent (its payload), for notif_unregistered.
+ */
+static void
+read_dead_token(NotifBatch *b, NotifCall *call, const char *reason)
+{
+	char	   *token_field = spec_text(b->results, "token_field");
+	Jsonb	   *message = notif_parse_json(call->message);
+	JsonbValue	v;
+
+	if (message == NULL ||
+		!value_at(&message->root, token_field ? token_field : "to", &v) ||
+		v.type != jbvString || v.val.string.len == 0)
+		return;					/* no token to list: failed all the same */
+	call->push_token = MemoryContextAlloc(call->cxt, v.val.string.len + 1);
+	memcpy(call->push_token, v.val.string.val, v.val.string.len);
+	call->push_token[v.val.string.len] = '\0';
+	call->reason = MemoryContextStrdup(call->cxt, reason);
+	call->unregistered = true;
+	call->unregistered_at = GetCurrentTimestamp();
+}
+
+/*
  * What one result says of its message: its value among the accepted or
  * the rejected ones, else unknown; the reason at "reason" goes with it
  * (its excerpt: it may echo a number).
@@ -231,7 +259,9 @@ read_result(NotifBatch *b, JsonbContainer *result, NotifCall *call)
 	char	   *reason_path = spec_text(b->results, "reason");
 	JsonbValue	v;
 	char	   *value = NULL;
+	char	   *reason = NULL;
 	char	   *why;
+	bool		rejected;
 
 	if (result != NULL && value_at(result, field, &v))
 		value = scalar_text(&v);
@@ -243,11 +273,16 @@ read_result(NotifBatch *b, JsonbContainer *result, NotifCall *call)
 	why = psprintf("batch result %s", value ? value : "missing");
 	if (reason_path && result != NULL && value_at(result, reason_path, &v) &&
 		v.type == jbvString)
+	{
+		reason = pnstrdup(v.val.string.val, v.val.string.len);
 		why = psprintf("%s: %s", why, notif_excerpt(v.val.string.val, v.val.string.len, false));
+	}
 	else if (value)
 		why = notif_excerpt(why, strlen(why), false);
-	set_outcome(call, spec_lists(b->results, "rejected", value) ? OUTCOME_REJECTED : OUTCOME_UNKNOWN,
-				why);
+	rejected = spec_lists(b->results, "rejected", value);
+	set_outcome(call, rejected ? OUTCOME_REJECTED : OUTCOME_UNKNOWN, why);
+	if (rejected && spec_lists(b->results, "unregistered", reason))
+		read_dead_token(b, call, reason);
 }
 
 /* the answer's results, matched to the messages by order or by key */

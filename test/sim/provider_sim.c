@@ -2559,11 +2559,12 @@ simulate(Conn *c, const char *body, size_t body_len)
  * hash).  The call's outcome is decided once, as for /send, from its
  * X-Sim-Fault or the drawn faults (a held call, a reset, a status): each
  * message is delivered when the call's outcome says so, but a message
- * whose "sim" member is "reject" or "unknown" (never) or "drop" and
+ * whose "sim" member is "reject", "unregistered" or "unknown" (never) or "drop" and
  * "unknown_delivered" (always, unless the call was refused).  A 200
  * answers {"results": [{"ref": K, "status": S}, ...]} in the messages'
  * order (X-Sim-Batch-Order: reverse, the reverse), S "accepted",
- * "rejected" or "pending" (unknown), no result for "drop"; with
+ * "rejected" or "pending" (unknown), no result for "drop", and for
+ * "unregistered" "rejected" with "error": "DeviceNotRegistered"; with
  * X-Sim-Fault: garbled, a 200 whose body is not JSON.  A body that is not
  * a batch: 400, not counted.
  */
@@ -2634,7 +2635,8 @@ simulate_batch(Conn *c, const char *body, size_t body_len)
 		bool		deliver = o.deliver;
 
 		ledger_record_last(e, c->in.data, r->head_len, msgs[i].text, msgs[i].len);
-		if (msgs[i].fault == MSG_REJECT || msgs[i].fault == MSG_UNKNOWN)
+		if (msgs[i].fault == MSG_REJECT || msgs[i].fault == MSG_UNKNOWN ||
+			msgs[i].fault == MSG_UNREGISTERED)
 			deliver = false;
 		else if (msgs[i].fault == MSG_DROP || msgs[i].fault == MSG_UNKNOWN_DELIVERED)
 			deliver = o.action != ACT_RESPOND || o.status < 400;
@@ -2668,13 +2670,14 @@ simulate_batch(Conn *c, const char *body, size_t body_len)
 
 				if (msgs[m].fault == MSG_DROP)
 					continue;
-				if (msgs[m].fault == MSG_REJECT)
+				if (msgs[m].fault == MSG_REJECT || msgs[m].fault == MSG_UNREGISTERED)
 					status = "rejected";
 				else if (msgs[m].fault == MSG_UNKNOWN || msgs[m].fault == MSG_UNKNOWN_DELIVERED)
 					status = "pending";
 				buf_puts(out, first ? "{\"ref\": \"" : ", {\"ref\": \"");
 				buf_json_escaped(out, keys[m], key_lens[m]);
-				buf_printf(out, "\", \"status\": \"%s\"}", status);
+				buf_printf(out, "\", \"status\": \"%s\"%s}", status,
+						   msgs[m].fault == MSG_UNREGISTERED ? ", \"error\": \"DeviceNotRegistered\"" : "");
 				first = false;
 			}
 			buf_puts(out, "]}");

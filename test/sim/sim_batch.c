@@ -134,6 +134,8 @@ message_fault(const char *p, const char *end)
 		return MSG_UNKNOWN_DELIVERED;
 	if (n == 4 && memcmp(v, "drop", 4) == 0)
 		return MSG_DROP;
+	if (n == 12 && memcmp(v, "unregistered", 12) == 0)
+		return MSG_UNREGISTERED;
 	return MSG_OK;
 }
 

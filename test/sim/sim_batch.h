@@ -23,7 +23,10 @@ typedef enum SimMessageFault
 	MSG_REJECT,					/* result "rejected", not delivered */
 	MSG_UNKNOWN,				/* result "pending" (neither), not delivered */
 	MSG_UNKNOWN_DELIVERED,		/* result "pending", delivered */
-	MSG_DROP					/* no result for it, delivered */
+	MSG_DROP,					/* no result for it, delivered */
+	MSG_UNREGISTERED			/* result "rejected", error
+								 * "DeviceNotRegistered" (Expo's ticket), not
+								 * delivered */
 } SimMessageFault;
 
 typedef struct SimMessage

@@ -8,7 +8,8 @@
 # (accepted, rejected, unknown, none; matched by key, answered in reverse);
 # a batch answered 2xx but unreadable; a batch that times out, per delivery;
 # a SIGKILL of the sender with batches in flight; max_inflight and
-# rate_limit with batches.
+# rate_limit with batches; an Expo-style DeviceNotRegistered result listed
+# in notif_unregistered.
 use strict;
 use warnings;
 use lib 'test/lib/perl';
@@ -212,5 +213,36 @@ is(sql($node, q{SELECT count(DISTINCT c.batch_id) FILTER (WHERE c.batch_id IS NO
 cmp_ok(sql($node, q{SELECT extract(epoch FROM max(c.started_at) - min(c.started_at)) FROM notif_calls c
 	JOIN notif_job j ON j.id = c.job_id WHERE j.kind = 'rate'}), '>=', 0.8,
 	'rate_limit counts messages: forty at 20 a second are not sent at once');
+
+# ---- an Expo-style push provider: a ticket DeviceNotRegistered fails its
+# message alone and lists the message's device token (at token_field) in
+# notif_unregistered, as an FCM or APNs answer does
+for my $bad ('{"field": "status", "accepted": ["ok"], "unregistered": ["DeviceNotRegistered"]}',
+	'{"field": "status", "accepted": ["ok"], "rejected": ["error"], "reason": "e", "unregistered": "DeviceNotRegistered"}',
+	'{"field": "status", "accepted": ["ok"], "token_field": "to"}')
+{
+	is(sql($node, "SELECT notif_batch_results_valid('$bad')"), 'f', "batch_results refused: $bad");
+}
+set_provider($node, 'expo', $batch_url, ref_field => q('ref'), batch_max => 10,
+	batch_results => q('{"path": "results", "field": "status", "accepted": ["accepted"], "rejected": ["rejected"],
+		"reason": "error", "unregistered": ["DeviceNotRegistered"], "token_field": "to"}'));
+sql($node, q{INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
+	VALUES ('expo_push', 'at_least_once', 3, 'expo', '100 ms', '200 ms')});
+my @expo = split /\n/, sql($node, q{
+	SELECT notif_enqueue(40 + i, 'expo_push', 'e' || i,
+	       jsonb_strip_nulls(jsonb_build_object('to', 'ExponentPushToken[dev' || i || ']', 'title', 'Hi',
+	                                            'sim', CASE i WHEN 2 THEN 'unregistered' END)))
+	  FROM generate_series(1, 3) i ORDER BY i});
+ok(all_done(q('expo_push')), 'the Expo-style batch ended');
+is(sql($node, "SELECT count(DISTINCT batch_id) FROM notif_calls WHERE job_id IN (" . join(',', @expo) . ")"), '1',
+	'the three pushes went in one call');
+is(job_row($node, $expo[1]), 'failed rejected 1 200', 'a DeviceNotRegistered ticket fails its message alone, not retried');
+like(sql($node, "SELECT last_error FROM notif_job WHERE id = $expo[1]"), qr/^HTTP 200: batch result rejected: DeviceNotRegistered$/,
+	'... the reason in last_error');
+is(sql($node, "SELECT string_agg(status, ',' ORDER BY id) FROM notif_job WHERE id IN ($expo[0], $expo[2])"), 'sent,sent',
+	'the batch\'s other pushes were sent');
+is(sql($node, q{SELECT string_agg(user_id || ' ' || token || ' ' || reason || ' ' || (job_id IS NOT NULL), ',')
+	FROM notif_unregistered WHERE kind = 'expo_push'}), '42 ExponentPushToken[dev2] DeviceNotRegistered true',
+	'the dead device token is listed in notif_unregistered');
 
 done_testing();
