@@ -40,7 +40,10 @@
 # NIGHT_INFLIGHT [3000] (per lane; each bulk provider gets half, the OTP
 # and alert providers 256); NIGHT_PUSH_CONNECTIONS [16];
 # NIGHT_BULK_SENDERS [1] (senders of lane bulk); NIGHT_TIMEOUT [3 s]
-# (every provider's timeout); NIGHT_FRONT_PORT [28453] (and the next one);
+# (every provider's timeout); NIGHT_BATCH [1] (the bulk providers' batch_max:
+# night_batching in night_lib.sh); NIGHT_RESULT_PREFIX [night] (the
+# results' and .dat files' names; test/bench/night_batch.sh's night_batch);
+# NIGHT_FRONT_PORT [28453] (and the next one);
 # BENCH_PORT, BENCH_SIM_PORT (+1), BENCH_OUT (see test/bench/lib/common.sh).
 # Needs nghttpx (nghttp2-proxy), openssl, the extension installed and the
 # simulator built.  Prints what it measured as it goes, then RESULT lines
@@ -60,13 +63,18 @@ INFLIGHT=${NIGHT_INFLIGHT:-3000}
 PUSH_CONNS=${NIGHT_PUSH_CONNECTIONS:-16}
 BULK_SENDERS=${NIGHT_BULK_SENDERS:-1}
 TIMEOUT=${NIGHT_TIMEOUT:-3}
+BATCH=${NIGHT_BATCH:-1}
+# the results' names: night_*, or those of test/bench/night_batch.sh
+P=${NIGHT_RESULT_PREFIX:-night}
 # below the ephemeral range, as http2.sh's
 FRONT_SMS=${NIGHT_FRONT_PORT:-28453}
 night_rig night "7 days"
+night_batching "$BATCH"
 echo "night: scale $BENCH_SCALE: $N promotions offered at $RATE/s (5,000,000 in 15 minutes at scale 1)," \
 	"alerts at $ALERT_RATE/s, OTPs at $OTP_RATE/s (Poisson); providers lognormal (median 120 ms, p99 600 ms)," \
 	"0.5% timeouts ($TIMEOUT s), sms over HTTP/1.1 and push over h2 ($PUSH_CONNS connections), both through TLS;" \
-	"max_inflight $INFLIGHT per lane; $(nproc) cores, $(pg_config --version)"
+	"max_inflight $INFLIGHT per lane; bulk providers $([ "$BATCH" -gt 1 ] && echo "in batches of $BATCH" || echo "one message per call");" \
+	"$(nproc) cores, $(pg_config --version)"
 
 # RssAnon and VmHWM of a process, in kB
 rss_of() {
@@ -197,21 +205,21 @@ echo "calls: sms $calls_sms over $(conns sms) connections ($timeouts_sms timed o
 printf '%-11s %9s %9s %7s %10s %8s %7s\n' type enqueued delivered lost duplicated expired failed
 while read -r t n d l dup ex fa; do
 	printf '%-11s %9s %9s %7s %10s %8s %7s\n' "$t" "$n" "$d" "$l" "$dup" "$ex" "$fa"
-	row night_types "$t" "$n" "$d" "$l" "$dup" "$ex" "$fa"
-	result "night_${t}_enqueued" "$n"
-	result "night_${t}_lost" "$l"
-	result "night_${t}_duplicated" "$dup"
-	result "night_${t}_expired" "$ex"
-	result "night_${t}_failed" "$fa"
+	row ${P}_types "$t" "$n" "$d" "$l" "$dup" "$ex" "$fa"
+	result "${P}_${t}_enqueued" "$n"
+	result "${P}_${t}_lost" "$l"
+	result "${P}_${t}_duplicated" "$dup"
+	result "${P}_${t}_expired" "$ex"
+	result "${P}_${t}_failed" "$fa"
 done <"$BENCH_DIR/types"
 for k in otp alert; do
 	p50=$(percentile 50 "$BENCH_DIR/${k}_ms")
 	p99=$(percentile 99 "$BENCH_DIR/${k}_ms")
 	max=$(percentile 100 "$BENCH_DIR/${k}_ms")
 	echo "$k latency (enqueue to first arrival at the provider): p50 $p50 ms, p99 $p99 ms, max $max ms"
-	result "night_${k}_p50_ms" "$p50"
-	result "night_${k}_p99_ms" "$p99"
-	result "night_${k}_max_ms" "$max"
+	result "${P}_${k}_p50_ms" "$p50"
+	result "${P}_${k}_p99_ms" "$p99"
+	result "${P}_${k}_max_ms" "$max"
 	# and until the provider's acceptance was recorded (sent_at)
 	read -r d50 d99 dmax <<<"$(cluster_psql -At -F' ' -c "
 		SELECT round(percentile_disc(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 1),
@@ -220,9 +228,9 @@ for k in otp alert; do
 		          FROM notif_job j JOIN night_log l ON l.kind = j.kind AND l.id = j.user_id
 		         WHERE j.kind = '$k' AND j.status = 'sent') s")"
 	echo "$k latency to sent (enqueue to the provider's acceptance recorded): p50 $d50 ms, p99 $d99 ms, max $dmax ms"
-	result "night_${k}_sent_p50_ms" "$d50"
-	result "night_${k}_sent_p99_ms" "$d99"
-	result "night_${k}_sent_max_ms" "$dmax"
+	result "${P}_${k}_sent_p50_ms" "$d50"
+	result "${P}_${k}_sent_p99_ms" "$d99"
+	result "${P}_${k}_sent_max_ms" "$dmax"
 done
 # every call by outcome, per type (unreached: certainly not delivered, e.g. a connection timed out)
 echo "calls by outcome:"
@@ -233,7 +241,7 @@ cluster_psql -At -F' ' -c "SELECT j.kind, count(*) FILTER (WHERE c.outcome = 'ac
 printf '%-11s %9s %9s %9s %8s\n' type accepted rejected unreached unknown
 while read -r t a r u k; do
 	printf '%-11s %9s %9s %9s %8s\n' "$t" "$a" "$r" "$u" "$k"
-	row night_calls "$t" "$a" "$r" "$u" "$k"
+	row ${P}_calls "$t" "$a" "$r" "$u" "$k"
 done <"$BENCH_DIR/calls"
 # why a job failed or expired, if any did
 cluster_psql -c "SELECT kind, status, regexp_replace(last_error, '[0-9]+', 'N', 'g') AS last_error, count(*) FROM notif_job WHERE status IN ('failed', 'expired')
@@ -251,39 +259,45 @@ pg_pct=$(awk -v t=$((pg_drain - pg0)) -v a="$t1" -v b="$t0" -v hz="$HZ" 'BEGIN {
 m_pct=$(awk -v t=$((m1 - m0)) -v a="$t1" -v b="$t0" -v hz="$HZ" 'BEGIN { printf "%.0f", t / hz / ((a - b) / 1e9) * 100 }')
 echo "during the drain: the bulk sender(s) used ${bulk_pct}% of one core, the whole cluster ${pg_pct}%," \
 	"the machine ${m_pct}% (everything on it, of $(($(nproc) * 100))%)"
-result night_machine_cpu_pct "$m_pct"
-result night_bulk_sender_cpu_pct "$bulk_pct"
-result night_pg_cpu_pct "$pg_pct"
+result ${P}_machine_cpu_pct "$m_pct"
+result ${P}_bulk_sender_cpu_pct "$bulk_pct"
+result ${P}_pg_cpu_pct "$pg_pct"
 for lane in otp alert bulk; do
 	echo "sender $lane: RssAnon $((anon[$lane])) kB at the end, at most ${max_anon[$lane]} kB; peak RSS (VmHWM) ${hwm[$lane]} kB"
-	result "night_sender_${lane}_anon_max_kb" "${max_anon[$lane]}"
-	result "night_sender_${lane}_hwm_kb" "${hwm[$lane]}"
+	result "${P}_sender_${lane}_anon_max_kb" "${max_anon[$lane]}"
+	result "${P}_sender_${lane}_hwm_kb" "${hwm[$lane]}"
 done
 if [ -n "${BENCH_OUT:-}" ]; then
-	cp "$BENCH_DIR/promo_progress" "$BENCH_OUT/night_promo.dat"
-	cp "$BENCH_DIR/otp_lat" "$BENCH_OUT/night_otp.dat"
-	cp "$BENCH_DIR/alert_lat" "$BENCH_OUT/night_alert.dat"
+	cp "$BENCH_DIR/promo_progress" "$BENCH_OUT/${P}_promo.dat"
+	cp "$BENCH_DIR/otp_lat" "$BENCH_OUT/${P}_otp.dat"
+	cp "$BENCH_DIR/alert_lat" "$BENCH_OUT/${P}_alert.dat"
 fi
-result night_scale "$(awk -v n="$N" 'BEGIN { print n / 5000000 }')"	# the share of the whole night run
-result night_promotions "$N"
-result night_rate_target "$RATE"
-result night_rate_offered "$offered"
-result night_promo_enqueue_seconds "$enq_secs"
-result night_promo_seconds "$secs"
-result night_promo_jobs_per_s "$sustained"
-result night_inflight_max_sms_bulk "$max_sms"
-result night_inflight_max_push "$max_push"
-result night_max_inflight_setting "$INFLIGHT"
-result night_push_max_connections "$PUSH_CONNS"
-result night_sms_calls "$calls_sms"
-result night_sms_connections "$(conns sms)"
-result night_sms_timeouts "$timeouts_sms"
-result night_push_calls "$calls_push"
-result night_push_connections "$(conns push)"
-result night_push_timeouts "$timeouts_push"
-result night_jobs "$jobs_all"
-result night_pg_cpu_per_1k "$pg_1k"
-result night_sms_front_cpu_per_1k "$frs_1k"
-result night_push_front_cpu_per_1k "$frp_1k"
-result night_sms_sim_cpu_per_1k "$sims_1k"
-result night_push_sim_cpu_per_1k "$simp_1k"
+result ${P}_scale "$(awk -v n="$N" 'BEGIN { print n / 5000000 }')"	# the share of the whole night run
+result ${P}_promotions "$N"
+result ${P}_rate_target "$RATE"
+result ${P}_rate_offered "$offered"
+result ${P}_promo_enqueue_seconds "$enq_secs"
+result ${P}_promo_seconds "$secs"
+result ${P}_promo_jobs_per_s "$sustained"
+result ${P}_inflight_max_sms_bulk "$max_sms"
+result ${P}_inflight_max_push "$max_push"
+result ${P}_max_inflight_setting "$INFLIGHT"
+result ${P}_push_max_connections "$PUSH_CONNS"
+result ${P}_sms_calls "$calls_sms"
+result ${P}_sms_connections "$(conns sms)"
+result ${P}_sms_timeouts "$timeouts_sms"
+result ${P}_push_calls "$calls_push"
+result ${P}_push_connections "$(conns push)"
+result ${P}_push_timeouts "$timeouts_push"
+result ${P}_jobs "$jobs_all"
+result ${P}_pg_cpu_per_1k "$pg_1k"
+result ${P}_sms_front_cpu_per_1k "$frs_1k"
+result ${P}_push_front_cpu_per_1k "$frp_1k"
+result ${P}_sms_sim_cpu_per_1k "$sims_1k"
+result ${P}_push_sim_cpu_per_1k "$simp_1k"
+# PostgreSQL (senders and load sessions) and both fronts, per 1,000 jobs of the night
+result ${P}_all_cpu_per_1k "$(per1k $((pg1 - pg0 + frs1 - frs0 + frp1 - frp0)) "$jobs_all")"
+result ${P}_batch "$BATCH"
+result ${P}_batch_wait_ms "$([ "$BATCH" -gt 1 ] && echo "${NIGHT_BATCH_WAIT_MS:-0}" || echo -)"
+# the drain's time over the offering's (1.1 at most: the offered rate sustained)
+result ${P}_drain_over_offer "$(awk -v a="$secs" -v b="$enq_secs" 'BEGIN { printf "%.3f", a / b }')"

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # test/bench/night_peers.sh: the seeds' Friday night (test/bench/night.sh)
-# through notif_deliver and through the fastest peer, PgQ 3.5 + pgqd with a
-# Node consumer (test/bench/peers/pgq_night.cjs), in one run (issue 32).
+# through notif_deliver, one call per message and with provider batches
+# (issue 45: the bulk providers take NIGHT_BATCH messages per call on the
+# simulators' /batch, night_batching in night_lib.sh), and through the
+# fastest peer, PgQ 3.5 + pgqd with a Node consumer
+# (test/bench/peers/pgq_night.cjs), in one run (issue 32).
 # One rig (night_lib.sh's: the two provider simulators behind their TLS
 # fronts, sms over HTTP/1.1 and push over HTTP/2, lognormal latency median
 # 120 ms p99 600 ms, 0.5% of calls held past the timeout) and one cluster
-# with both systems; ROUNDS rounds, each a night of notif_deliver and a
-# night of PgQ (notif_deliver first in odd rounds, PgQ first in even ones),
-# with the simulators' ledgers reset before each and only the system under
-# test running a worker.
+# with both systems; ROUNDS rounds, each a night of each of SYSTEMS (nd:
+# notif_deliver one call per message, ndb: with batches, pgq: PgQ; each
+# round the list turned by one place), with the simulators' ledgers reset
+# before each and only the system under test running a worker.
 #
 # The same load for both, from the same procedures (night_lib.sh): NIGHT_PEERS_PROMOS
 # promotions at NIGHT_RATE per second in small transactions (PgQ: events
@@ -35,9 +38,12 @@
 # expired; per type enqueued, delivered, lost, duplicated (the simulators'
 # ledgers), expired and given up; CPU seconds per 1,000 jobs of PostgreSQL
 # (with the enqueueing sessions; notif_deliver's senders are in it) and of
-# the worker (PgQ: the three Node processes and pgqd), the total; the
-# connections opened through each front and the ALPN they used; the bulk
-# worker's peak memory.  Then notif_deliver / PgQ per round, side by side.
+# the worker (PgQ: the three Node processes and pgqd), the total, the TLS
+# fronts' (nghttpx: the providers' side of each call) and the total with
+# them; the calls each front took; the connections opened through each
+# front and the ALPN they used; the bulk worker's peak memory.  Then
+# notif_deliver / PgQ, notif_deliver with batches / PgQ and with batches /
+# without, per round, side by side.
 #
 #   bash test/bench/night_peers.sh
 #
@@ -45,13 +51,17 @@
 # about a minute at scale 1 on 2 cores]; as night.sh NIGHT_RATE [5556],
 # NIGHT_OTP_RATE [20], NIGHT_ALERT_RATE [50], NIGHT_INFLIGHT [3000],
 # NIGHT_PUSH_CONNECTIONS [16], NIGHT_TIMEOUT [3 s]; NIGHT_PEERS_ROUNDS [3],
-# NIGHT_PGQ_BATCH [20000],
+# NIGHT_PGQ_BATCH [20000], NIGHT_BATCH [100] (ndb's batch_max),
+# NIGHT_BATCH_WAIT_MS [100] (ndb's batch_wait),
+# NIGHT_PEERS_SYSTEMS ["nd ndb pgq"],
 # NIGHT_PEERS_FRONT_PORT [28463] (and the next one); BENCH_PORT,
 # BENCH_SIM_PORT (+1), BENCH_OUT (see lib/common.sh).  Needs what night.sh needs
 # and what peers.sh needs (Node 20, npm, PgQ and pgqd: test/deps.sh
 # --bench, run by this script as root).  Prints RESULT lines (night_peers_*)
-# and the ROW tables night_peers (a row per night), night_peers_types (per
-# night and type) and night_peers_ratio (per round); after each PgQ night
+# and the ROW tables night_peers (a row per night), night_peers_cost (a
+# row per night: calls, CPU with the fronts), night_peers_types (per
+# night and type), night_peers_ratio (per round: nd / pgq),
+# night_peers_ndb_over_pgq and night_peers_ndb_over_nd; after each PgQ night
 # the calls its consumer left ambiguous, gave up or let expire, by type and
 # reason (its logs go to BENCH_OUT/night_peers_pgq_rROUND.log when set).
 set -euo pipefail
@@ -68,6 +78,9 @@ BULK_SENDERS=1
 TIMEOUT=${NIGHT_TIMEOUT:-3}
 ROUNDS=${NIGHT_PEERS_ROUNDS:-3}
 PGQ_BATCH=${NIGHT_PGQ_BATCH:-20000}
+BATCH=${NIGHT_BATCH:-100}
+export NIGHT_BATCH_WAIT_MS=${NIGHT_BATCH_WAIT_MS:-100}
+SYSTEMS=${NIGHT_PEERS_SYSTEMS:-nd ndb pgq}
 # not night.sh's ports: the two scripts can run side by side
 FRONT_SMS=${NIGHT_PEERS_FRONT_PORT:-28463}
 
@@ -101,7 +114,7 @@ secs_between() { awk -v a="$2" -v b="$1" 'BEGIN { printf "%.1f", (a - b) / 1e9 }
 per1k() {	# TICKS JOBS: CPU seconds per 1,000 jobs
 	awk -v t="$1" -v n="$2" -v hz="$HZ" 'BEGIN { printf "%.3f", (n > 0 ? t / hz / n * 1000 : 0) }'
 }
-name_of() { case $1 in nd) echo notif_deliver ;; pgq) echo "PgQ 3.5 + pgqd + Node" ;; esac; }
+name_of() { case $1 in nd) echo notif_deliver ;; ndb) echo "notif_deliver, batches of $BATCH" ;; pgq) echo "PgQ 3.5 + pgqd + Node" ;; esac; }
 sender_of() {	# the pid of notif_deliver's sender of LANE
 	pm_children | awk -v l="$1" '$0 ~ "notif_deliver sender " l " *$" { print $1; exit }'
 }
@@ -111,7 +124,7 @@ declare -A R	# R[sys,round,metric]
 # PgQ's in no finished batch yet, or waiting to be retried
 busy_sql() {
 	case $1 in
-	nd) echo "SELECT count(*) FROM notif_active WHERE kind IN ('promo_sms', 'promo_push')" ;;
+	nd | ndb) echo "SELECT count(*) FROM notif_active WHERE kind IN ('promo_sms', 'promo_push')" ;;
 	pgq) echo "SELECT coalesce((SELECT pending_events + CASE WHEN current_batch IS NULL THEN 0 ELSE 1 END
 	                   FROM pgq.get_consumer_info('night_bulk', 'bench')), 0)
 	          + (SELECT ev_new FROM pgq.get_queue_info('night_bulk'))
@@ -123,7 +136,8 @@ busy_sql() {
 # one night of SYS in ROUND
 night_one() {
 	local sys=$1 round=$2 t0 t1 t2 enq busy enq_done s pg0 pg1 w0 w1 al_sms al_push promo_pid otp_pid alert_pid
-	local p a bulk_pid max_anon=0 hwm=0 k
+	local p a bulk_pid max_anon=0 hwm=0 k fr0 fr1 load=nd
+	[ "$sys" = pgq ] && load=pgq
 	# a clean slate: no jobs, no events waiting, the ledgers and the load's bookkeeping empty
 	cluster_psql >/dev/null <<-SQL
 	TRUNCATE notif_job CASCADE;
@@ -145,6 +159,8 @@ night_one() {
 			sleep 0.1
 		done
 	else
+		# one message per call, or batches of BATCH (the bulk providers)
+		night_batching "$([ "$sys" = ndb ] && echo "$BATCH" || echo 1)"
 		bulk_pid=$(sender_of bulk)
 	fi
 	sim_get "$SIM_SMS" /reset >/dev/null
@@ -153,13 +169,14 @@ night_one() {
 	al_push=$(wc -l <"$BENCH_DIR/access_push.log")
 	pg0=$(cluster_cpu_ticks)
 	w0=0 w1=0	# notif_deliver's senders are in the cluster's CPU
-	[ "$sys" = nd ] || w0=$(worker_cpu pgq)
+	[ "$sys" != pgq ] || w0=$(worker_cpu pgq)
+	fr0=$(cpu_ticks $(front_pids "$front_pid_sms") $(front_pids "$front_pid_push"))
 	t0=$(now_ns)
-	cluster_psql -c "CALL night_trickle('otp', $OTP_RATE, true, '$sys')" >"$BENCH_DIR/trickle_otp.log" 2>&1 &
+	cluster_psql -c "CALL night_trickle('otp', $OTP_RATE, true, '$load')" >"$BENCH_DIR/trickle_otp.log" 2>&1 &
 	otp_pid=$!
-	cluster_psql -c "CALL night_trickle('alert', $ALERT_RATE, false, '$sys')" >"$BENCH_DIR/trickle_alert.log" 2>&1 &
+	cluster_psql -c "CALL night_trickle('alert', $ALERT_RATE, false, '$load')" >"$BENCH_DIR/trickle_alert.log" 2>&1 &
 	alert_pid=$!
-	cluster_psql -c "CALL night_promos($N, $RATE, '$sys')" >"$BENCH_DIR/promos.log" 2>&1 &
+	cluster_psql -c "CALL night_promos($N, $RATE, '$load')" >"$BENCH_DIR/promos.log" 2>&1 &
 	promo_pid=$!
 	enq_done=
 	while :; do
@@ -174,7 +191,7 @@ night_one() {
 			enq_done=$(now_ns)
 		fi
 		# (PgQ: a tick after the last event too)
-		[ -n "$enq_done" ] && [ "$busy" -eq 0 ] && { [ "$sys" = nd ] || [ "$(settled pgq night_bulk)" = t ]; } && break
+		[ -n "$enq_done" ] && [ "$busy" -eq 0 ] && { [ "$sys" != pgq ] || [ "$(settled pgq night_bulk)" = t ]; } && break
 		if [ $((${s%.*} % 10)) -eq 0 ]; then
 			echo "  $sys ${s}s: $enq enqueued, $busy not finished"
 		fi
@@ -189,7 +206,7 @@ night_one() {
 	wait "$otp_pid" || { cat "$BENCH_DIR/trickle_otp.log" >&2; exit 1; }
 	wait "$alert_pid" || { cat "$BENCH_DIR/trickle_alert.log" >&2; exit 1; }
 	# the OTPs' and alerts' last calls and retries
-	if [ "$sys" = nd ]; then
+	if [ "$sys" != pgq ]; then
 		wait_sql "$(nd_idle_sql)" 300
 	else
 		for k in night_otp night_alert; do
@@ -203,12 +220,13 @@ night_one() {
 	fi
 	t2=$(now_ns)
 	pg1=$(cluster_cpu_ticks)
-	[ "$sys" = nd ] || w1=$(worker_cpu pgq)
+	[ "$sys" != pgq ] || w1=$(worker_cpu pgq)
+	fr1=$(cpu_ticks $(front_pids "$front_pid_sms") $(front_pids "$front_pid_push"))
 	for p in $bulk_pid; do
 		read -r a h <<<"$(rss_of "$p")"
 		[ "$h" -gt "$hwm" ] && hwm=$h
 	done
-	[ "$sys" = nd ] || worker_stop pgq
+	[ "$sys" != pgq ] || worker_stop pgq
 
 	# ---- what happened
 	sim_get "$SIM_SMS" /ledger >"$BENCH_DIR/ledger"
@@ -216,7 +234,7 @@ night_one() {
 	cluster_psql -At -F' ' -c "COPY night_log TO STDOUT WITH (DELIMITER ' ')" >"$BENCH_DIR/sent_log"
 	# per type: enqueued, expired, given up (notif_deliver: failed; PgQ: what
 	# its consumer printed)
-	if [ "$sys" = nd ]; then
+	if [ "$sys" != pgq ]; then
 		cluster_psql -At -F' ' -c "SELECT kind, count(*), count(*) FILTER (WHERE status = 'expired'),
 			count(*) FILTER (WHERE status = 'failed') FROM notif_job GROUP BY kind ORDER BY kind" >"$BENCH_DIR/jobs"
 	else
@@ -246,13 +264,19 @@ night_one() {
 		{ split($1, p, ":"); if (p[1] == "otp" && (p[2] in t) && $2 >= 1) printf "%.3f\n", ($5 - t[p[2]]) / 1000 }' \
 		"$BENCH_DIR/sent_log" "$BENCH_DIR/ledger" >"$BENCH_DIR/otp_ms"
 
-	local secs sustained jobs_all pg_1k w_1k tot_1k c_sms c_push alpn
+	local secs sustained jobs_all pg_1k w_1k tot_1k fr_1k all_1k c_sms c_push n_sms n_push alpn
 	secs=$(secs_between "$t0" "$t1")
 	sustained=$(awk -v s="$secs" -v n="$N" 'BEGIN { printf "%.0f", n / s }')
 	jobs_all=$(awk '{ t += $2 } END { print t }' "$BENCH_DIR/types")
 	pg_1k=$(per1k $((pg1 - pg0)) "$jobs_all")
 	w_1k=$(per1k $((w1 - w0)) "$jobs_all")
 	tot_1k=$(awk -v a="$pg_1k" -v b="$w_1k" 'BEGIN { printf "%.3f", a + b }')
+	# the TLS fronts (each call's TLS and HTTP framing on the provider's side of the wire)
+	fr_1k=$(per1k $((fr1 - fr0)) "$jobs_all")
+	all_1k=$(awk -v a="$tot_1k" -v b="$fr_1k" 'BEGIN { printf "%.3f", a + b }')
+	# calls: this night's lines of each front's access log
+	n_sms=$(($(wc -l <"$BENCH_DIR/access_sms.log") - al_sms))
+	n_push=$(($(wc -l <"$BENCH_DIR/access_push.log") - al_push))
 	# connections: distinct client ports of this night's calls; the ALPN of the push front's
 	c_sms=$(tail -n +$((al_sms + 1)) "$BENCH_DIR/access_sms.log" | awk '{ print $1 }' | sort -u | wc -l)
 	c_push=$(tail -n +$((al_push + 1)) "$BENCH_DIR/access_push.log" | awk '{ print $1 }' | sort -u | wc -l)
@@ -260,6 +284,7 @@ night_one() {
 	local -A M=([drain_s]=$secs [jobs_per_s]=$sustained [otp_p50_ms]=$(percentile 50 "$BENCH_DIR/otp_ms")
 		[otp_p99_ms]=$(percentile 99 "$BENCH_DIR/otp_ms") [otp_max_ms]=$(percentile 100 "$BENCH_DIR/otp_ms")
 		[pg_cpu_per_1k]=$pg_1k [worker_cpu_per_1k]=$w_1k [total_cpu_per_1k]=$tot_1k
+		[front_cpu_per_1k]=$fr_1k [all_cpu_per_1k]=$all_1k [sms_calls]=$n_sms [push_calls]=$n_push
 		[sms_connections]=$c_sms [push_connections]=$c_push [bulk_hwm_kb]=$hwm [bulk_anon_max_kb]=$max_anon
 		[enqueue_s]=$(secs_between "$t0" "$enq_done") [jobs]=$jobs_all)
 	while read -r t n d l dup ex fa; do
@@ -272,7 +297,8 @@ night_one() {
 	done
 	echo "$(name_of "$sys"), round $round: $N promotions drained in ${secs}s ($sustained/s; enqueued in ${M[enqueue_s]}s);" \
 		"OTPs p50 ${M[otp_p50_ms]} ms, p99 ${M[otp_p99_ms]} ms, max ${M[otp_max_ms]} ms, ${M[otp_expired]} expired of ${M[otp_enqueued]};" \
-		"CPU s per 1,000 jobs: PostgreSQL $pg_1k, worker $w_1k, total $tot_1k; connections sms $c_sms, push $c_push ($alpn);" \
+		"CPU s per 1,000 jobs: PostgreSQL $pg_1k, worker $w_1k, total $tot_1k, TLS fronts $fr_1k, with the fronts $all_1k;" \
+		"calls sms $n_sms, push $n_push; connections sms $c_sms, push $c_push ($alpn);" \
 		"bulk worker peak RSS $hwm kB"
 	printf '  %-11s %9s %9s %7s %10s %8s %7s\n' type enqueued delivered lost duplicated expired failed
 	while read -r t n d l dup ex fa; do
@@ -282,18 +308,24 @@ night_one() {
 		"${M[otp_expired]}" "${M[promo_sms_lost]} / ${M[promo_push_lost]} / ${M[alert_lost]} / ${M[otp_lost]}" \
 		"${M[promo_sms_duplicated]} / ${M[promo_push_duplicated]} / ${M[alert_duplicated]} / ${M[otp_duplicated]}" \
 		"$pg_1k" "$w_1k" "$tot_1k" "$c_sms / $c_push" "$hwm"
+	row night_peers_cost "$round" "$(name_of "$sys")" "$secs" "$sustained" "${M[otp_p99_ms]}" "${M[otp_expired]}" \
+		"$n_sms / $n_push" "$pg_1k" "$w_1k" "$fr_1k" "$all_1k"
 }
 
+# each round in another order: the list turned by one place a round
+read -r -a sys_list <<<"$SYSTEMS"
 for round in $(seq 1 "$ROUNDS"); do
-	order="nd pgq"
-	[ $((round % 2)) = 1 ] || order="pgq nd"
-	for sys in $order; do night_one "$sys" "$round"; done
+	n_sys=${#sys_list[@]}
+	for i in $(seq 0 $((n_sys - 1))); do
+		night_one "${sys_list[$(((i + round - 1) % n_sys))]}" "$round"
+	done
 done
+has_sys() { [[ " $SYSTEMS " == *" $1 "* ]]; }
 
 # notif_deliver / PgQ per round, and the median of the rounds
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 declare -A RS
-for round in $(seq 1 "$ROUNDS"); do
+has_sys nd && has_sys pgq && for round in $(seq 1 "$ROUNDS"); do
 	cells=()
 	for m in jobs_per_s otp_p50_ms otp_p99_ms otp_max_ms total_cpu_per_1k; do
 		r=$(ratio "${R[nd,$round,$m]}" "${R[pgq,$round,$m]}")
@@ -303,9 +335,32 @@ for round in $(seq 1 "$ROUNDS"); do
 	done
 	row night_peers_ratio "$round" "${cells[@]}"
 done
-for m in jobs_per_s otp_p50_ms otp_p99_ms otp_max_ms total_cpu_per_1k; do
+has_sys nd && has_sys pgq && for m in jobs_per_s otp_p50_ms otp_p99_ms otp_max_ms total_cpu_per_1k; do
 	result "night_peers_ratio_$m" "$(tr ' ' '\n' <<<"${RS[$m]}" | grep -v '^-\?$' | median_values)"
 done
+# batches: notif_deliver with batches over PgQ and over itself one call per message, per round
+for pair in ndb:pgq ndb:nd; do
+	a=${pair%%:*} b=${pair#*:}
+	has_sys "$a" && has_sys "$b" || continue
+	declare -A RB=()
+	for round in $(seq 1 "$ROUNDS"); do
+		cells=()
+		for m in jobs_per_s otp_p99_ms total_cpu_per_1k all_cpu_per_1k; do
+			r=$(ratio "${R[$a,$round,$m]}" "${R[$b,$round,$m]}")
+			RB[$m]+="$r "
+			result "night_peers_r${round}_${a}_over_${b}_$m" "$r"
+			cells+=("${R[$a,$round,$m]} / ${R[$b,$round,$m]} = **$r**")
+		done
+		row "night_peers_${a}_over_${b}" "$round" "${cells[@]}"
+	done
+	for m in jobs_per_s otp_p99_ms total_cpu_per_1k all_cpu_per_1k; do
+		result "night_peers_${a}_over_${b}_$m" "$(tr ' ' '\n' <<<"${RB[$m]}" | grep -v '^-\?$' | median_values)"
+	done
+	unset RB
+done
+result night_peers_batch "$BATCH"
+result night_peers_batch_wait_ms "$NIGHT_BATCH_WAIT_MS"
+result night_peers_systems "\"$SYSTEMS\""
 result night_peers_promotions "$N"
 result night_peers_scale "$(awk -v n="$N" 'BEGIN { print n / 5000000 }')"
 result night_peers_rate_target "$RATE"

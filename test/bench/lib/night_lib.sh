@@ -23,6 +23,13 @@
 #       SQL below; sys 'pgq' enqueues the same jobs as events of PgQ's
 #       queues night_bulk, night_otp and night_alert, which night_peers.sh
 #       creates).  Returns once every lane's sender runs.
+#   night_batching N
+#       the bulk providers (sms_bulk, push) take up to N messages per call
+#       (notif_provider.batch_max) on their simulator's /batch: each message
+#       its key in "ref" (ref_field), the results in request order; N 1: one
+#       message per call on /send, as before 1.4.  Returns once the bulk
+#       lane's sender has read it.  NIGHT_BATCH_WAIT_MS [0]: their
+#       batch_wait.
 #   night_cert
 #       the throwaway certificate: $BENCH_DIR/srv.key and srv.crt (P-256,
 #       for 127.0.0.1), what front_start serves and a provider's ca_cert
@@ -43,6 +50,20 @@
 
 front_pids() {	# the master and its worker
 	echo "$1" $(ps -o pid= --ppid "$1")
+}
+
+night_batching() {
+	if [ "$1" -gt 1 ]; then
+		cluster_psql -c "UPDATE notif_provider SET url = replace(url, '/send', '/batch'), ref_field = 'ref', batch_max = $1,
+			batch_wait = '${NIGHT_BATCH_WAIT_MS:-0} ms',
+			batch_format = '{\"field\": \"messages\"}',
+			batch_results = '{\"path\": \"results\", \"field\": \"status\", \"accepted\": [\"accepted\"], \"rejected\": [\"rejected\"]}'
+			WHERE name IN ('sms_bulk', 'push')" >/dev/null
+	else
+		cluster_psql -c "UPDATE notif_provider SET url = replace(url, '/batch', '/send'), ref_field = NULL, batch_max = NULL,
+			batch_format = NULL, batch_results = NULL, batch_wait = '0' WHERE name IN ('sms_bulk', 'push')" >/dev/null
+	fi
+	wait_sql "SELECT notif_config_applied('bulk')" 30
 }
 
 night_cert() {
