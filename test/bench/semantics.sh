@@ -26,6 +26,11 @@
 #                         (":off": with the server's synchronous_commit = off)
 #   SEM_KILL_RUNS         kill runs, same form [the SEM_RUNS, plus 0.5:1:0:off]; "" for none
 #   SEM_KILL_EVERY [2]    seconds between kills
+#   SEM_BATCH_RUNS [""]   runs with provider batches, as q:seed:batch_max
+#                         (test/bench/semantics_batch.sh sets them): the
+#                         provider on the simulator's /batch, p per call, q
+#                         per message; the same means, and a band widened by
+#                         the batches' design effect (below)
 #   BENCH_PORT, BENCH_SIM_PORT, BENCH_OUT: see test/bench/lib/common.sh
 # Needs the extension installed (make install) and the simulator built.
 # Prints RESULT and ROW lines for test/bench/run; exits 1 if a check failed.
@@ -37,6 +42,7 @@ P=${SEM_P:-0.005}
 RUNS=${SEM_RUNS-0.5:1:0 0.5:2:0 0.5:3:0 0.9:1:0 0.9:2:0 0.9:3:0 0.5:1:1}
 KILL_RUNS=${SEM_KILL_RUNS-$RUNS 0.5:1:0:off}
 KILL_EVERY=${SEM_KILL_EVERY:-2}
+BATCH_RUNS=${SEM_BATCH_RUNS-}
 SIM=$BENCH_SIM_PORT
 
 bench_dir semantics
@@ -57,29 +63,44 @@ SQL
 
 failed=0
 run_no=0
-[ -n "${BENCH_OUT:-}" ] && : >"$BENCH_OUT/semantics.dat"
+[ -n "${BENCH_OUT:-}" ] && [ -n "$RUNS" ] && : >"$BENCH_OUT/semantics.dat"
 
-# theory: mean and 4-sigma half-width, for one mode
-theory() {	# mode q idem -> "mean band"
-	awk -v n="$N" -v p="$P" -v q="$2" -v idem="$3" -v mode="$1" -v what="$4" 'BEGIN {
+# theory: mean and 4-sigma half-width, for one mode.  With batches the
+# means are the same (a message's call is held with probability p, and
+# then it is delivered with probability q, drawn per message), but the
+# misses come in lumps: the variance is at most the binomial one times the
+# design effect DEFF = sum(n^2) / sum(n) over the batches' sizes n (first
+# tries), which widens the band (1 without batches)
+theory() {	# mode q idem what [deff] -> "mean band"
+	awk -v n="$N" -v p="$P" -v q="$2" -v idem="$3" -v mode="$1" -v what="$4" -v deff="${5:-1}" 'BEGIN {
 		miss = p * (1 - q)
 		if (mode == "amo" && what == "lost") pi = miss
 		else if (mode == "amo") pi = 0
 		else if (what == "lost") pi = miss ^ 3
 		else if (idem) pi = 0
 		else pi = (1 + p + p * p) * (1 - p + p * q) - 1 + miss ^ 3
-		printf "%.2f %.2f\n", n * pi, 4 * sqrt(n * pi * (1 - pi)) }'
+		printf "%.2f %.2f\n", n * pi, 4 * sqrt(n * pi * (1 - pi) * deff) }'
 }
 
-# one run: q seed idem killing(0/1) [off]; prints the rows, sets failed
+# one run: q seed idem killing(0/1) [off [batch_max]]; prints the rows, sets failed
 one_run() {
-	local q=$1 seed=$2 idem=$3 kill=$4 sc=${5:-on} tag kills=0 killer= t0 secs
+	local q=$1 seed=$2 idem=$3 kill=$4 sc=${5:-on} batch=${6:-1} tag kills=0 killer= t0 secs
 	run_no=$((run_no + 1))
 	local idem_yn=no
 	tag="q${q}_s${seed}"
 	if [ "$idem" = 1 ]; then tag+=_idem; idem_yn=yes; fi
 	if [ "$sc" = off ]; then tag+=_async; fi
 	if [ "$kill" = 1 ]; then tag+=_kill; fi
+	if [ "$batch" -gt 1 ]; then
+		tag+=_batch$batch
+		cluster_psql -c "UPDATE notif_provider SET url = 'http://127.0.0.1:$SIM/batch', ref_field = 'ref', batch_max = $batch,
+			batch_results = '{\"path\": \"results\", \"field\": \"status\", \"accepted\": [\"accepted\"], \"rejected\": [\"rejected\"]}'
+			WHERE name = 'default'" >/dev/null
+	else
+		cluster_psql -c "UPDATE notif_provider SET url = 'http://127.0.0.1:$SIM/send', ref_field = NULL, batch_max = NULL,
+			batch_results = NULL WHERE name = 'default'" >/dev/null
+	fi
+	# (the types are paused: their senders read the provider with the resume below)
 	cluster_psql -c "ALTER SYSTEM SET synchronous_commit = $sc" -c "SELECT pg_reload_conf()" >/dev/null
 	sim_get "$SIM" /reset >/dev/null
 	sim_get "$SIM" "/config?p_timeout=$P&q=$q&seed=$seed&idempotency=$idem" >/dev/null
@@ -129,11 +150,16 @@ one_run() {
 	local stuck
 	stuck=$(cluster_psql -At -c "SELECT count(*) FROM notif_job WHERE status IN ('queued', 'sending') OR claimed_by IS NOT NULL")
 
-	local mode lost dup tl bl td bd verdict what
+	local mode lost dup tl bl td bd verdict what deff=1 calls=0
 	for mode in amo alo; do
 		if [ $mode = amo ]; then lost=$amo_lost dup=$amo_dup; else lost=$alo_lost dup=$alo_dup; fi
-		read -r tl bl <<<"$(theory $mode "$q" "$idem" lost)"
-		read -r td bd <<<"$(theory $mode "$q" "$idem" dup)"
+		if [ "$batch" -gt 1 ]; then
+			read -r deff calls <<<"$(cluster_psql -At -F' ' -c "SELECT round(sum(n * n)::numeric / sum(n), 2), count(*)
+				FROM (SELECT count(*) AS n FROM notif_calls c JOIN notif_job j ON j.id = c.job_id
+				       WHERE j.kind = '$mode' AND c.try = 1 GROUP BY coalesce(c.batch_id, -c.job_id)) b")"
+		fi
+		read -r tl bl <<<"$(theory $mode "$q" "$idem" lost "$deff")"
+		read -r td bd <<<"$(theory $mode "$q" "$idem" dup "$deff")"
 		verdict=pass
 		if [ "$kill" = 0 ]; then
 			for what in lost dup; do
@@ -154,7 +180,13 @@ one_run() {
 		[ $mode = amo ] && dname=at_most_once || dname=at_least_once
 		result "sem_${tag}_${mode}_lost" "$lost"
 		result "sem_${tag}_${mode}_dup" "$dup"
-		if [ "$kill" = 0 ]; then
+		if [ "$batch" -gt 1 ]; then
+			result "sem_${tag}_${mode}_lost_theory" "$tl"
+			result "sem_${tag}_${mode}_dup_theory" "$td"
+			result "sem_${tag}_${mode}_deff" "$deff"
+			row semantics_batch "$q" "$seed" "$batch" "$calls" "$deff" "$dname" \
+				"$(printf '%.1f ± %.1f' "$tl" "$bl")" "$lost" "$(printf '%.1f ± %.1f' "$td" "$bd")" "$dup" "$verdict"
+		elif [ "$kill" = 0 ]; then
 			result "sem_${tag}_${mode}_lost_theory" "$tl"
 			result "sem_${tag}_${mode}_dup_theory" "$td"
 			row semantics "$q" "$seed" "$idem_yn" "$sc" "$dname" \
@@ -195,6 +227,10 @@ done
 for r in $KILL_RUNS; do
 	IFS=: read -r q seed idem sc <<<"$r"
 	one_run "$q" "$seed" "$idem" 1 "${sc:-on}"
+done
+for r in $BATCH_RUNS; do
+	IFS=: read -r q seed batch <<<"$r"
+	one_run "$q" "$seed" 0 0 on "$batch"
 done
 result sem_kill_every_s "$KILL_EVERY"
 if [ $failed -ne 0 ]; then

@@ -2558,7 +2558,9 @@ simulate(Conn *c, const char *body, size_t body_len)
  * recorded in the ledger under its "ref" member (else "body:" and its
  * hash).  The call's outcome is decided once, as for /send, from its
  * X-Sim-Fault or the drawn faults (a held call, a reset, a status): each
- * message is delivered when the call's outcome says so, but a message
+ * message is delivered when the call's outcome says so (a drawn held,
+ * reset or 5xx call: each message with probability q, drawn per message;
+ * p is per call, q per message), but a message
  * whose "sim" member is "reject", "unregistered" or "unknown" (never) or "drop" and
  * "unknown_delivered" (always, unless the call was refused).  A 200
  * answers {"results": [{"ref": K, "status": S}, ...]} in the messages'
@@ -2585,6 +2587,7 @@ simulate_batch(Conn *c, const char *body, size_t body_len)
 				hold_ms;
 	int64_t		now_us = monotonic_us();
 	bool		reverse = false;
+	bool		q_per_message = false;
 
 	/* the messages point into the request's bytes */
 	msgs = xcalloc(SIM_BATCH_MAX, sizeof(SimMessage));
@@ -2627,12 +2630,16 @@ simulate_batch(Conn *c, const char *body, size_t body_len)
 		decide_forced(r, cfg, (first ? first->received : 0) + 1, &o);
 	}
 	else
+	{
 		decide_random(r, cfg, &o);
+		/* an ambiguous call: each message delivered with probability q */
+		q_per_message = o.action != ACT_RESPOND || o.status >= 500;
+	}
 	for (i = 0; i < n; i++)
 	{
 		LedgerEntry *e = ledger_receive(&sim.ledger, keys[i], key_lens[i],
 										fnv1a(msgs[i].text, msgs[i].len));
-		bool		deliver = o.deliver;
+		bool		deliver = q_per_message ? prng_double(&sim.prng) < cfg->q : o.deliver;
 
 		ledger_record_last(e, c->in.data, r->head_len, msgs[i].text, msgs[i].len);
 		if (msgs[i].fault == MSG_REJECT || msgs[i].fault == MSG_UNKNOWN ||
