@@ -322,41 +322,33 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 has_sys() { [[ " $SYSTEMS " == *" $1 "* ]]; }
 
-# notif_deliver / PgQ per round, and the median of the rounds
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
-declare -A RS
-has_sys nd && has_sys pgq && for round in $(seq 1 "$ROUNDS"); do
-	cells=()
-	for m in jobs_per_s otp_p50_ms otp_p99_ms otp_max_ms total_cpu_per_1k; do
-		r=$(ratio "${R[nd,$round,$m]}" "${R[pgq,$round,$m]}")
-		RS[$m]+="$r "
-		result "night_peers_r${round}_ratio_$m" "$r"
-		cells+=("${R[nd,$round,$m]} / ${R[pgq,$round,$m]} = **$r**")
-	done
-	row night_peers_ratio "$round" "${cells[@]}"
-done
-has_sys nd && has_sys pgq && for m in jobs_per_s otp_p50_ms otp_p99_ms otp_max_ms total_cpu_per_1k; do
-	result "night_peers_ratio_$m" "$(tr ' ' '\n' <<<"${RS[$m]}" | grep -v '^-\?$' | median_values)"
-done
-# batches: notif_deliver with batches over PgQ and over itself one call per message, per round
-for pair in ndb:pgq ndb:nd; do
-	a=${pair%%:*} b=${pair#*:}
-	has_sys "$a" && has_sys "$b" || continue
-	declare -A RB=()
+# A over B per round (RESULT night_peers_r<round>_<NAME>_<metric>, a row of
+# TABLE) and the median of the rounds (night_peers_<NAME>_<metric>), when
+# both ran
+side_by_side() {	# A B TABLE NAME METRIC...
+	local a=$1 b=$2 table=$3 name=$4 round m r
+	shift 4
+	has_sys "$a" && has_sys "$b" || return 0
+	local -A acc=()
 	for round in $(seq 1 "$ROUNDS"); do
-		cells=()
-		for m in jobs_per_s otp_p99_ms total_cpu_per_1k all_cpu_per_1k; do
+		local cells=()
+		for m in "$@"; do
 			r=$(ratio "${R[$a,$round,$m]}" "${R[$b,$round,$m]}")
-			RB[$m]+="$r "
-			result "night_peers_r${round}_${a}_over_${b}_$m" "$r"
+			acc[$m]+="$r "
+			result "night_peers_r${round}_${name}_$m" "$r"
 			cells+=("${R[$a,$round,$m]} / ${R[$b,$round,$m]} = **$r**")
 		done
-		row "night_peers_${a}_over_${b}" "$round" "${cells[@]}"
+		row "$table" "$round" "${cells[@]}"
 	done
-	for m in jobs_per_s otp_p99_ms total_cpu_per_1k all_cpu_per_1k; do
-		result "night_peers_${a}_over_${b}_$m" "$(tr ' ' '\n' <<<"${RB[$m]}" | grep -v '^-\?$' | median_values)"
+	for m in "$@"; do
+		result "night_peers_${name}_$m" "$(tr ' ' '\n' <<<"${acc[$m]}" | grep -v '^-\?$' | median_values)"
 	done
-	unset RB
+}
+# notif_deliver / PgQ; with batches / PgQ and / one call per message
+side_by_side nd pgq night_peers_ratio ratio jobs_per_s otp_p50_ms otp_p99_ms otp_max_ms total_cpu_per_1k
+for b in pgq nd; do
+	side_by_side ndb "$b" "night_peers_ndb_over_$b" "ndb_over_$b" jobs_per_s otp_p99_ms total_cpu_per_1k all_cpu_per_1k
 done
 result night_peers_batch "$BATCH"
 result night_peers_batch_wait_ms "$NIGHT_BATCH_WAIT_MS"
