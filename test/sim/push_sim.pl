@@ -32,7 +32,9 @@
 # access tokens: the next FCM call is a 401), POST /release-tokens (see
 # --token-hold), POST /expires-in/VALUE (the token endpoint's expires_in
 # is the JSON text VALUE from then on, e.g. 1e30 or -5; POST /expires-in/
-# goes back to --token-life), POST /token-suffix/TEXT (TEXT, percent-decoded,
+# goes back to --token-life), POST /token-life/N (access tokens issued
+# from then on live N seconds, and say so; POST /token-life/ goes back to
+# --token-life), POST /token-suffix/TEXT (TEXT, percent-decoded,
 # is appended to each access token in the token endpoint's answers from
 # then on: the token issued, which FCM accepts, is the one without it;
 # POST /token-suffix/ ends it), POST /retry-after/TEXT (APNs' 429 says
@@ -85,6 +87,7 @@ $| = 1;
 my $sel = IO::Select->new($listen);
 my %conn;          # fileno => { sock, in, out }
 my @held;          # [due, fileno, response, socket]
+my $token_life = $o{'token-life'};   # POST /token-life/N
 my $expires_in = '';   # POST /expires-in/VALUE: the token answer's expires_in, as JSON text
 my $token_suffix = ''; # POST /token-suffix/TEXT: appended to the access tokens answered
 my @held_tokens;   # --token-hold: [fileno, response, socket]
@@ -132,10 +135,10 @@ sub token_endpoint
 	return $bad->('iat') unless abs(($c->{iat} // 0) - $now) < 60;
 	return $bad->('exp') unless ($c->{exp} // 0) > $c->{iat} && $c->{exp} - $c->{iat} <= 3600;
 	my $token = 'ya29.' . encode_base64url(join '', map { chr(int(rand(256))) } 1 .. 24);
-	$issued{$token} = $now + $o{'token-life'};
+	$issued{$token} = $now + $token_life;
 	$stat{tokens_issued}++;
 	my $answered = JSON::PP->new->allow_nonref->encode($token . $token_suffix);
-	return respond(200, qq({"access_token":$answered,"expires_in":$o{'token-life'},"token_type":"Bearer"}))
+	return respond(200, qq({"access_token":$answered,"expires_in":$token_life,"token_type":"Bearer"}))
 	  if $expires_in eq '';
 	return respond(200, qq({"access_token":$answered,"expires_in":$expires_in,"token_type":"Bearer"}));
 }
@@ -247,6 +250,7 @@ sub handle
 	if ($method eq 'GET' && $target eq '/health') { return (respond(200, 'ok'), 0); }
 	if ($method eq 'POST' && $target eq '/revoke') { %issued = (); return (respond(200, ''), 0); }
 	if ($method eq 'POST' && $target =~ m{^/expires-in/(.*)$}) { $expires_in = $1; return (respond(200, ''), 0); }
+	if ($method eq 'POST' && $target =~ m{^/token-life/(\d*)$}) { $token_life = $1 eq '' ? $o{'token-life'} : $1; return (respond(200, ''), 0); }
 	if ($method eq 'POST' && $target =~ m{^/token-suffix/(.*)$}) { $token_suffix = unescape($1); return (respond(200, ''), 0); }
 	if ($method eq 'POST' && $target =~ m{^/retry-after/(.*)$}) { $o{'retry-after'} = unescape($1); return (respond(200, ''), 0); }
 	if ($method eq 'POST' && $target =~ m{^/delay-ms/(\d+)$}) { $o{'delay-ms'} = $1; return (respond(200, ''), 0); }

@@ -105,7 +105,14 @@ is($st->{assertions_bad}, 0, 'fcm: every RS256 assertion verified at the token e
 is($st->{fcm_unauthenticated}, 0, 'fcm: no call carried an expired or unknown token');
 is($st->{fcm_accepted}, 32, 'fcm: 32 messages accepted');
 
-# answers row fcm_unauthenticated: the token is refused (revoked): refresh, retry
+# answers row fcm_unauthenticated: the token is refused (revoked): refresh, retry.
+# First a token of an hour, observed issued: a 3-s token is refreshed every
+# 1.5 s, and a refresh between the revoke and the call would carry a fresh
+# token past the revoke
+push_control($rig, '/token-life/3600');
+my $issued = push_stats($rig)->{tokens_issued};
+for (my $i = 0; $i < 600 && push_stats($rig)->{tokens_issued} <= $issued; $i++) { usleep(100_000) }
+cmp_ok(push_stats($rig)->{tokens_issued}, '>', $issued, 'fcm: a token of an hour was fetched');
 push_control($rig, '/revoke');
 my $j401 = sql($node, q{SELECT notif_enqueue(1, 'fcm_push', 'revoked', '{"token": "tok-r", "notification": {"title": "x"}}')});
 ok(wait_until($node, "SELECT status = 'sent' FROM notif_job WHERE id = $j401"),
@@ -114,6 +121,7 @@ is(sql($node, "SELECT string_agg(try || ' ' || outcome || ' ' || coalesce(http_s
 	'1 unreached 401,2 accepted 200', 'answers row fcm_unauthenticated: unreached, a new token, then accepted');
 like(sql($node, "SELECT error FROM notif_calls WHERE job_id = $j401 AND try = 1"), qr/^HTTP 401: UNAUTHENTICATED: /,
 	'answers row fcm_unauthenticated: the reason in the error');
+push_control($rig, '/token-life/');
 
 # answers row fcm_unregistered: rejected, never retried, listed
 my $j404 = sql($node, q{SELECT notif_enqueue(77, 'fcm_push', 'dead', '{"token": "dead-fcm-1", "notification": {"title": "x"}}')});
