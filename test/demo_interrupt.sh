@@ -99,6 +99,9 @@ for window in initdb start enqueue drain; do
 		for ((i = 0; i < 300; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 		if kill -0 "$pid" 2>/dev/null; then
 			fail "$window: the demo did not exit within 30 s of the interrupt"
+			# where it is stuck: its processes (state, kernel wait) and its output
+			ps -o pid,ppid,stat,wchan:24,etime,args -g "$pid" | sed 's/^/#   /'
+			tail -n 15 "$log" | sed 's/^/#   log: /'
 			kill -KILL -- -"$pid" 2>/dev/null
 		fi
 		rc=0
