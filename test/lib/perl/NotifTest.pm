@@ -206,11 +206,25 @@ sub schema_version
 
 # Poll a query until it returns the expected value (up to
 # PostgreSQL::Test::Utils::timeout_default, 180 s unless PG_TEST_TIMEOUT_DEFAULT says otherwise).
+#
+# poll_query_until hands each psql its query on stdin; a psql that exits
+# before reading it (a server restarting after a crash refuses the
+# connection) makes IPC::Run's write fail with EPIPE, and it dies.  That is
+# one more "not yet": polled again, within the same time.
 sub wait_until
 {
 	my ($node, $sql, $expected, $what) = @_;
 	$expected = 't' unless defined $expected;
-	my $ok = $node->poll_query_until('postgres', $sql, $expected);
+	my $give_up = time + $PostgreSQL::Test::Utils::timeout_default;
+	my $ok;
+	while (1)
+	{
+		$ok = eval { $node->poll_query_until('postgres', $sql, $expected) };
+		last if defined $ok;
+		die $@ unless $@ =~ /Broken pipe/;
+		$ok = 0, last if time >= $give_up;
+		usleep(100_000);
+	}
 	diag("timed out waiting for: " . ($what // $sql)) unless $ok;
 	return $ok;
 }
