@@ -188,8 +188,12 @@ is((split / /, ledger_key($sim, 'amo_then_late:1:o1'))[0], '1', 'amo_then_late: 
 # an at_least_once retry made for the window that starts after it (its type
 # paused while its first call was in flight, resumed once the window can no
 # longer be reached): the window did not cover it, so the job is not
-# resolved by it (a possible duplicate, counted as such)
-fault_provider($node, 'alo_late', $sim->{url}, 'timeout_delivered', dedup_window => q('3 s'));
+# resolved by it (a possible duplicate, counted as such).  The first call
+# is held 3 s (its timeout), time for the sender to read the pause before
+# it ends under any load; the window (10 s) is out of reach once a retry
+# could not end inside it (after 10 - 3 = 7 s)
+fault_provider($node, 'alo_late', $sim->{url}, 'timeout_delivered', dedup_window => q('10 s'),
+	timeout => q('3 s'));
 $node->safe_psql('postgres', q{
 	INSERT INTO notif_type (code, delivery, max_tries, provider, backoff_min, backoff_max)
 	VALUES ('alo_late', 'at_least_once', 3, 'alo_late', '100 ms', '100 ms')});
@@ -198,14 +202,15 @@ $id{alo_late} = $node->safe_psql('postgres',
 ok(wait_until($node, qq{SELECT status = 'sending' FROM notif_job WHERE id = $id{alo_late}}),
 	'alo_late: its first call in flight');
 $node->safe_psql('postgres', q{UPDATE notif_type SET paused = true WHERE code = 'alo_late'});
+wait_config_read($node, 'default');
 ok( wait_until(
 		$node,
 		qq{SELECT status = 'queued' AND resolved_by = 'dedup_window' FROM notif_job WHERE id = $id{alo_late}}),
 	'alo_late: queued for a retry inside the window (alo_retry_in_dedup_window)');
-# the latest start that reaches the provider inside it: created_at + 3 s - 600 ms
+# the latest start that reaches the provider inside it: created_at + 10 s - 3 s
 ok( wait_until(
 		$node,
-		qq{SELECT now() > created_at + interval '2400 ms' FROM notif_job WHERE id = $id{alo_late}}),
+		qq{SELECT now() > created_at + interval '7000 ms' FROM notif_job WHERE id = $id{alo_late}}),
 	'alo_late: the window can no longer be reached');
 $node->safe_psql('postgres', q{UPDATE notif_type SET paused = false WHERE code = 'alo_late'});
 ok(wait_until($node, qq{SELECT status = 'sent' AND claimed_by IS NULL FROM notif_job WHERE id = $id{alo_late}}),
