@@ -54,7 +54,8 @@
 # NIGHT_PGQ_BATCH [20000], NIGHT_BATCH [100] (ndb's batch_max),
 # NIGHT_BATCH_WAIT_MS [100] (ndb's batch_wait),
 # NIGHT_PEERS_SYSTEMS ["nd ndb pgq"],
-# NIGHT_PEERS_FRONT_PORT [28463] (and the next one); BENCH_PORT,
+# NIGHT_PEERS_FRONT_PORT [28463] (and the next one); NIGHT_PEERS_PREFIX
+# [night_peers] (the names of the results and tables); BENCH_PORT,
 # BENCH_SIM_PORT (+1), BENCH_OUT (see lib/common.sh).  Needs what night.sh needs
 # and what peers.sh needs (Node 20, npm, PgQ and pgqd: test/deps.sh
 # --bench, run by this script as root).  Prints RESULT lines (night_peers_*)
@@ -83,6 +84,8 @@ export NIGHT_BATCH_WAIT_MS=${NIGHT_BATCH_WAIT_MS:-100}
 SYSTEMS=${NIGHT_PEERS_SYSTEMS:-nd ndb pgq}
 # not night.sh's ports: the two scripts can run side by side
 FRONT_SMS=${NIGHT_PEERS_FRONT_PORT:-28463}
+# the results' names: night_peers_*, or NIGHT_PEERS_PREFIX's (night_full.sh)
+P=${NIGHT_PEERS_PREFIX:-night_peers}
 
 if [ "$(id -u)" = 0 ]; then bash "$BENCH_HERE/deps.sh" --bench >/dev/null; fi
 night_rig night_peers "7 days" "max_connections = 100"
@@ -250,7 +253,7 @@ night_one() {
 			END { for (x in c) printf "    %s %d\n", x, c[x] }' | sort
 		# kept in BENCH_OUT when set (one line per such call)
 		if [ -n "${BENCH_OUT:-}" ]; then
-			cat "$BENCH_DIR"/worker_pgq_*.log >"$BENCH_OUT/night_peers_pgq_r${round}.log"
+			cat "$BENCH_DIR"/worker_pgq_*.log >"$BENCH_OUT/${P}_pgq_r${round}.log"
 		fi
 		rm -f "$BENCH_DIR"/worker_pgq_*.log
 	fi
@@ -289,11 +292,11 @@ night_one() {
 		[enqueue_s]=$(secs_between "$t0" "$enq_done") [jobs]=$jobs_all)
 	while read -r t n d l dup ex fa; do
 		M[${t}_enqueued]=$n M[${t}_lost]=$l M[${t}_duplicated]=$dup M[${t}_expired]=$ex M[${t}_failed]=$fa
-		row night_peers_types "$round" "$(name_of "$sys")" "$t" "$n" "$d" "$l" "$dup" "$ex" "$fa"
+		row ${P}_types "$round" "$(name_of "$sys")" "$t" "$n" "$d" "$l" "$dup" "$ex" "$fa"
 	done <"$BENCH_DIR/types"
 	for k in "${!M[@]}"; do
 		R[$sys,$round,$k]=${M[$k]}
-		result "night_peers_${sys}_r${round}_$k" "${M[$k]}"
+		result "${P}_${sys}_r${round}_$k" "${M[$k]}"
 	done
 	echo "$(name_of "$sys"), round $round: $N promotions drained in ${secs}s ($sustained/s; enqueued in ${M[enqueue_s]}s);" \
 		"OTPs p50 ${M[otp_p50_ms]} ms, p99 ${M[otp_p99_ms]} ms, max ${M[otp_max_ms]} ms, ${M[otp_expired]} expired of ${M[otp_enqueued]};" \
@@ -304,11 +307,11 @@ night_one() {
 	while read -r t n d l dup ex fa; do
 		printf '  %-11s %9s %9s %7s %10s %8s %7s\n' "$t" "$n" "$d" "$l" "$dup" "$ex" "$fa"
 	done <"$BENCH_DIR/types"
-	row night_peers "$round" "$(name_of "$sys")" "$secs" "$sustained" "${M[otp_p50_ms]}" "${M[otp_p99_ms]}" "${M[otp_max_ms]}" \
+	row ${P} "$round" "$(name_of "$sys")" "$secs" "$sustained" "${M[otp_p50_ms]}" "${M[otp_p99_ms]}" "${M[otp_max_ms]}" \
 		"${M[otp_expired]}" "${M[promo_sms_lost]} / ${M[promo_push_lost]} / ${M[alert_lost]} / ${M[otp_lost]}" \
 		"${M[promo_sms_duplicated]} / ${M[promo_push_duplicated]} / ${M[alert_duplicated]} / ${M[otp_duplicated]}" \
 		"$pg_1k" "$w_1k" "$tot_1k" "$c_sms / $c_push" "$hwm"
-	row night_peers_cost "$round" "$(name_of "$sys")" "$secs" "$sustained" "${M[otp_p99_ms]}" "${M[otp_expired]}" \
+	row ${P}_cost "$round" "$(name_of "$sys")" "$secs" "$sustained" "${M[otp_p99_ms]}" "${M[otp_expired]}" \
 		"$n_sms / $n_push" "$pg_1k" "$w_1k" "$fr_1k" "$all_1k"
 }
 
@@ -336,31 +339,31 @@ side_by_side() {	# A B TABLE NAME METRIC...
 		for m in "$@"; do
 			r=$(ratio "${R[$a,$round,$m]}" "${R[$b,$round,$m]}")
 			acc[$m]+="$r "
-			result "night_peers_r${round}_${name}_$m" "$r"
+			result "${P}_r${round}_${name}_$m" "$r"
 			cells+=("${R[$a,$round,$m]} / ${R[$b,$round,$m]} = **$r**")
 		done
 		row "$table" "$round" "${cells[@]}"
 	done
 	for m in "$@"; do
-		result "night_peers_${name}_$m" "$(tr ' ' '\n' <<<"${acc[$m]}" | grep -v '^-\?$' | median_values)"
+		result "${P}_${name}_$m" "$(tr ' ' '\n' <<<"${acc[$m]}" | grep -v '^-\?$' | median_values)"
 	done
 }
 # notif_deliver / PgQ; with batches / PgQ and / one call per message
-side_by_side nd pgq night_peers_ratio ratio jobs_per_s otp_p50_ms otp_p99_ms otp_max_ms total_cpu_per_1k
+side_by_side nd pgq "${P}_ratio" ratio jobs_per_s otp_p50_ms otp_p99_ms otp_max_ms total_cpu_per_1k
 for b in pgq nd; do
-	side_by_side ndb "$b" "night_peers_ndb_over_$b" "ndb_over_$b" jobs_per_s otp_p99_ms total_cpu_per_1k all_cpu_per_1k
+	side_by_side ndb "$b" "${P}_ndb_over_$b" "ndb_over_$b" jobs_per_s otp_p99_ms total_cpu_per_1k all_cpu_per_1k
 done
-result night_peers_batch "$BATCH"
-result night_peers_batch_wait_ms "$NIGHT_BATCH_WAIT_MS"
-result night_peers_systems "\"$SYSTEMS\""
-result night_peers_promotions "$N"
-result night_peers_scale "$(awk -v n="$N" 'BEGIN { print n / 5000000 }')"
-result night_peers_rate_target "$RATE"
-result night_peers_rounds "$ROUNDS"
-result night_peers_inflight "$INFLIGHT"
-result night_peers_push_connections "$PUSH_CONNS"
-result night_peers_timeout_s "$TIMEOUT"
-result night_peers_pgq_batch "$PGQ_BATCH"
-result night_peers_load_end "\"$(cut -d' ' -f1-3 /proc/loadavg)\""
-result night_peers_duration "\"$((SECONDS / 60)) min $((SECONDS % 60)) s\""
+result ${P}_batch "$BATCH"
+result ${P}_batch_wait_ms "$NIGHT_BATCH_WAIT_MS"
+result ${P}_systems "\"$SYSTEMS\""
+result ${P}_promotions "$N"
+result ${P}_scale "$(awk -v n="$N" 'BEGIN { print n / 5000000 }')"
+result ${P}_rate_target "$RATE"
+result ${P}_rounds "$ROUNDS"
+result ${P}_inflight "$INFLIGHT"
+result ${P}_push_connections "$PUSH_CONNS"
+result ${P}_timeout_s "$TIMEOUT"
+result ${P}_pgq_batch "$PGQ_BATCH"
+result ${P}_load_end "\"$(cut -d' ' -f1-3 /proc/loadavg)\""
+result ${P}_duration "\"$((SECONDS / 60)) min $((SECONDS % 60)) s\""
 echo "night_peers: done"
