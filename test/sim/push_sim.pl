@@ -34,7 +34,7 @@
 # is the JSON text VALUE from then on, e.g. 1e30 or -5; POST /expires-in/
 # goes back to --token-life), POST /token-life/N (access tokens issued
 # from then on live N seconds, and say so; POST /token-life/ goes back to
-# --token-life), POST /token-suffix/TEXT (TEXT, percent-decoded,
+# --token-life; the counter last_token_life is the last one's), POST /token-suffix/TEXT (TEXT, percent-decoded,
 # is appended to each access token in the token endpoint's answers from
 # then on: the token issued, which FCM accepts, is the one without it;
 # POST /token-suffix/ ends it), POST /retry-after/TEXT (APNs' 429 says
@@ -70,7 +70,7 @@ my $json = JSON::PP->new->canonical;
 my %stat = map { $_ => 0 } qw(requests http2 http1 token_requests tokens_issued token_answers hooks
   assertions_bad fcm_calls fcm_accepted fcm_unauthenticated apns_calls apns_accepted
   apns_jwt_verified apns_jwt_bad apns_expired_answers apns_expired_tokens
-  inflight max_inflight injected);
+  inflight max_inflight injected last_token_life);
 my %issued;        # access token => expiry (epoch s)
 my %jwt_seen;      # APNs provider token => 1 (verified) or 0 (bad)
 my %expired_jwt;   # provider tokens answered ExpiredProviderToken
@@ -137,6 +137,7 @@ sub token_endpoint
 	my $token = 'ya29.' . encode_base64url(join '', map { chr(int(rand(256))) } 1 .. 24);
 	$issued{$token} = $now + $token_life;
 	$stat{tokens_issued}++;
+	$stat{last_token_life} = $token_life;
 	my $answered = JSON::PP->new->allow_nonref->encode($token . $token_suffix);
 	return respond(200, qq({"access_token":$answered,"expires_in":$token_life,"token_type":"Bearer"}))
 	  if $expires_in eq '';
