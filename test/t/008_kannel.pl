@@ -197,8 +197,8 @@ is(sql($node, q{SELECT count(*) FROM notif_job WHERE kind = 'sms_gd' AND status 
 	'none failed or expired')
   or diag(sql($node, q{
 	SELECT j.order_id || ' ' || j.status || ' tries ' || j.tries || ': '
-	       || string_agg(a.try || ' ' || a.outcome || ' ' || coalesce(a.http_status::text, '-') || ' '
-	                     || coalesce(a.error, '-'), '; ' ORDER BY a.try)
+	       || coalesce(string_agg(a.try || ' ' || a.outcome || ' ' || coalesce(a.http_status::text, '-') || ' '
+	                              || coalesce(a.error, '-'), '; ' ORDER BY a.try), 'no calls')
 	  FROM notif_job j LEFT JOIN notif_calls a ON a.job_id = j.id
 	 WHERE j.kind = 'sms_gd' AND j.status <> 'sent' GROUP BY j.id}));
 cmp_ok(sql($node, q{SELECT count(*) FROM notif_job WHERE kind = 'sms_gd' AND tries > 1}), '>', 0,

@@ -210,7 +210,9 @@ sub schema_version
 # poll_query_until hands each psql its query on stdin; a psql that exits
 # before reading it (a server restarting after a crash refuses the
 # connection) makes IPC::Run's write fail with EPIPE, and it dies.  That is
-# one more "not yet": polled again, within the same time.
+# one more "not yet": polled again, while the timeout has not passed since
+# the first poll began (a poll begun just before may take its own whole
+# timeout: at most twice it in all).
 sub wait_until
 {
 	my ($node, $sql, $expected, $what) = @_;
