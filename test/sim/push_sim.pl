@@ -32,11 +32,11 @@
 # access tokens: the next FCM call is a 401), POST /release-tokens (see
 # --token-hold), POST /expires-in/VALUE (the token endpoint's expires_in
 # is the JSON text VALUE from then on, e.g. 1e30 or -5; POST /expires-in/
-# goes back to --token-life), POST /token-life/N (access tokens issued
+# goes back to the tokens' life), POST /token-life/N (access tokens issued
 # from then on live N seconds, and say so; POST /token-life/ goes back to
-# --token-life; the counter last_token_life is the last one's), POST /token-suffix/TEXT (TEXT, percent-decoded,
-# is appended to each access token in the token endpoint's answers from
-# then on: the token issued, which FCM accepts, is the one without it;
+# --token-life; the counter last_token_life is the last one's), POST
+# /token-suffix/TEXT (TEXT, percent-decoded, is appended to each access
+# token in the token endpoint's answers from then on: the token issued, which FCM accepts, is the one without it;
 # POST /token-suffix/ ends it), POST /retry-after/TEXT (APNs' 429 says
 # Retry-After: TEXT, percent-decoded, from then on), POST /delay-ms/N
 # (--delay-ms from then on; answers already held keep theirs).  The
